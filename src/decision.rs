@@ -1,0 +1,190 @@
+//! [`Decision`]: everything a proxy needs for its response, and CL.THROTTLE's five integers.
+
+use std::time::Duration;
+
+/// Why a request passed or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The request fit in the funnel and was charged.
+    Allowed,
+    /// The request did not fit now; it will after [`Decision::retry_after`].
+    Limited,
+    /// The request costs more than the limit and can never pass (CL.THROTTLE's retry of -1).
+    CostExceedsLimit,
+    /// A new key found the table full and the limiter was built with
+    /// [`WhenFull::Deny`](crate::WhenFull::Deny); [`Decision::retry_after`] is when the
+    /// least indebted candidate slot recovers.
+    TurnedAway,
+    /// A new key found the table full and the limiter was built with
+    /// [`WhenFull::Allow`](crate::WhenFull::Allow): let through as a fresh funnel would, but
+    /// not recorded.
+    AllowedUntracked,
+}
+
+/// The answer to one request: allowed or not, and the numbers for `RateLimit` / `Retry-After`
+/// headers, all taken from the same atomic snapshot of the funnel.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::{clock::ManualClock, Funnel, Quota};
+///
+/// let clock = ManualClock::new();
+/// let funnel = Funnel::with_clock(Quota::new(15, 30, Duration::from_secs(60))?, clock.clone());
+/// let d = funnel.check();
+/// assert!(d.is_allowed());
+/// assert_eq!((d.limit(), d.remaining()), (16, 15));
+/// assert_eq!(d.reset_after(), Duration::from_secs(2));
+/// assert_eq!(d.to_cl_throttle(), [0, 16, 15, -1, 2]);
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    limit: u64,
+    /// Emission interval of the quota used, ns.
+    t: u64,
+    /// `TAT' - now`, ns, where `TAT'` is the funnel after this request (unchanged unless
+    /// allowed); for `TurnedAway`, the same as `retry_after`.
+    reset_after: u64,
+    /// ns until the same request would pass; 0 unless `Limited` or `TurnedAway`.
+    retry_after: u64,
+    outcome: Outcome,
+}
+
+impl Decision {
+    #[inline]
+    pub(crate) fn new(outcome: Outcome, limit: u64, t: u64, reset_after: u64, retry_after: u64) -> Self {
+        Decision { limit, t, reset_after, retry_after, outcome }
+    }
+
+    /// Why the request passed or not.
+    #[inline]
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// True when the request may pass ([`Outcome::Allowed`] or [`Outcome::AllowedUntracked`]).
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        matches!(self.outcome, Outcome::Allowed | Outcome::AllowedUntracked)
+    }
+
+    /// True when the request costs more than the limit and can never pass.
+    #[inline]
+    pub fn cost_exceeds_limit(&self) -> bool {
+        self.outcome == Outcome::CostExceedsLimit
+    }
+
+    /// The burst capacity (CL.THROTTLE's `max_burst + 1`, `X-RateLimit-Limit`).
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// How many unit requests would pass right now, after this one: `floor((T * limit -
+    /// (TAT' - now)) / T)`, clamped at 0. Exact to the nanosecond (see
+    /// [`to_cl_throttle`](Self::to_cl_throttle) for redis-cell's microsecond rounding).
+    #[inline]
+    pub fn remaining(&self) -> u64 {
+        if self.outcome == Outcome::TurnedAway {
+            return 0;
+        }
+        let tau = self.t * self.limit;
+        tau.saturating_sub(self.reset_after) / self.t
+    }
+
+    /// How long until this same request could pass, when it was limited or turned away;
+    /// `None` when it was allowed or can never pass.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.outcome {
+            Outcome::Limited | Outcome::TurnedAway => Some(Duration::from_nanos(self.retry_after)),
+            _ => None,
+        }
+    }
+
+    /// How long until the funnel is completely empty again (full quota back).
+    #[inline]
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after)
+    }
+
+    /// CL.THROTTLE's reply: `[limited, limit, remaining, retry_after_s, reset_after_s]`, with
+    /// redis-cell's rounding, so a proxy moving off Redis sends byte-identical headers.
+    ///
+    /// * seconds are truncated, then 1 is added when the fraction holds at least a whole
+    ///   millisecond (3.333 s gives 4, 2.0009 s gives 2);
+    /// * `retry_after_s` is -1 when allowed or when the cost exceeds the limit;
+    /// * `remaining` divides whole microseconds as redis-cell does (when the emission interval
+    ///   is not a whole number of microseconds it can be one above [`remaining`](Self::remaining));
+    ///   below 1 µs per action, where redis-cell answers `i64::MAX`, the exact value is given.
+    pub fn to_cl_throttle(&self) -> [i64; 5] {
+        let limited = i64::from(!self.is_allowed());
+        let retry = match self.retry_after() {
+            Some(_) => cl_seconds(self.retry_after),
+            None => -1,
+        };
+        [
+            limited,
+            saturating_i64(self.limit),
+            saturating_i64(self.cl_remaining()),
+            retry,
+            cl_seconds(self.reset_after),
+        ]
+    }
+
+    fn cl_remaining(&self) -> u64 {
+        if self.outcome == Outcome::TurnedAway {
+            return 0;
+        }
+        let tau = self.t * self.limit;
+        if self.t < 1_000 || self.reset_after >= tau {
+            return self.remaining();
+        }
+        ((tau - self.reset_after) / 1_000) / (self.t / 1_000)
+    }
+}
+
+/// redis-cell's seconds: truncate, plus one when the remainder holds a whole millisecond.
+fn cl_seconds(nanos: u64) -> i64 {
+    let secs = nanos / 1_000_000_000;
+    let round_up = (nanos % 1_000_000_000) / 1_000_000 > 0;
+    saturating_i64(secs + u64::from(round_up))
+}
+
+fn saturating_i64(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up_only_from_a_whole_millisecond() {
+        assert_eq!(cl_seconds(3_333_333_333), 4);
+        assert_eq!(cl_seconds(2_000_900_000), 2);
+        assert_eq!(cl_seconds(500_000), 0);
+        assert_eq!(cl_seconds(1_000_000), 1);
+        assert_eq!(cl_seconds(0), 0);
+        assert_eq!(cl_seconds(2_000_000_000), 2);
+    }
+
+    #[test]
+    fn microsecond_remaining_can_exceed_the_exact_one() {
+        // next = 2_000_000 ns, T = 1_000_500 ns: exact floor 1, redis-cell's 2000 us / 1000 us = 2.
+        let d = Decision::new(Outcome::Allowed, 2, 1_000_500, 1_000, 0);
+        assert_eq!(d.remaining(), 1);
+        assert_eq!(d.to_cl_throttle()[2], 2);
+    }
+
+    #[test]
+    fn turned_away_reports_nothing_remaining_and_a_retry() {
+        let d = Decision::new(Outcome::TurnedAway, 5, 1_000_000_000, 3_000_000_000, 3_000_000_000);
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(d.to_cl_throttle(), [1, 5, 0, 3, 3]);
+    }
+}

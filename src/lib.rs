@@ -1,0 +1,75 @@
+//! # funnel
+//!
+//! A lock-free, bounded-memory keyed rate limiter for the hot path of proxies and gateways.
+//!
+//! Each key (a client IP, a token, a `user:action` string) gets a **funnel** (a leaky bucket used
+//! as a meter): a burst capacity, the *limit*, that leaks back at `count` actions per `period`;
+//! a request of cost `n` passes while it fits. The answer is the same as redis-cell's
+//! `CL.THROTTLE` gives (allowed, limit, remaining, retry-after, reset-after) without a round trip
+//! to Redis: a few nanoseconds in process.
+//!
+//! * **One word per funnel.** A funnel is one `AtomicU64` holding its theoretical arrival time
+//!   (GCRA); an allowed request is one compare-and-swap, a denied one is loads only.
+//! * **Bounded memory.** [`Limiter`] keeps funnels in a fixed table of 16-byte slots. A funnel
+//!   that has fully drained is the same as an absent one, so its slot is reused lazily; a flood
+//!   of new keys never grows memory, and the default eviction victim is the funnel whose loss
+//!   admits the fewest extra requests.
+//! * **Exact.** Integer nanoseconds, no floats; CL.THROTTLE's five integers bit for bit on sane
+//!   input; a typed [`Error`] instead of a panic or a wrap everywhere else; never more than the
+//!   limit under contention.
+//!
+//! ## Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use funnel::{Limiter, Quota};
+//!
+//! // CL.THROTTLE <key> 15 30 60: 30 per minute, bursts of up to 16, per key.
+//! let limiter = Limiter::<str>::new(Quota::new(15, 30, Duration::from_secs(60))?);
+//!
+//! let d = limiter.check("user:42:login");
+//! if d.is_allowed() {
+//!     // serve; headers: d.limit(), d.remaining(), d.reset_after()
+//! } else {
+//!     // 429 with Retry-After: d.retry_after()
+//! }
+//! assert_eq!(d.to_cl_throttle(), [0, 16, 15, -1, 2]);
+//! # Ok::<(), funnel::Error>(())
+//! ```
+//!
+//! A single funnel for one key is [`Funnel`]; a proxy that already read the time for its event
+//! loop calls the `*_at` variants with a [`Timestamp`] and pays for no clock read. Tests use
+//! [`clock::ManualClock`].
+//!
+//! ## Where things are
+//!
+//! * `gcra` — the arithmetic (pure, no atomics); [`Decision`] — the answer;
+//! * `state` — the bit layout of the packed word;
+//! * `table` — the slot protocol and lazy eviction (see `docs/DESIGN.md`);
+//! * [`Limiter`], [`Funnel`] — the public layer; [`replay`] — CL.THROTTLE traffic replay.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod clock;
+mod decision;
+mod error;
+mod funnel;
+mod gcra;
+mod limiter;
+mod quota;
+pub mod replay;
+mod state;
+mod sync;
+mod table;
+
+#[cfg(all(test, funnel_loom))]
+mod loom_models;
+
+pub use clock::{Clock, Timestamp};
+pub use decision::{Decision, Outcome};
+pub use error::Error;
+pub use funnel::Funnel;
+pub use limiter::{Builder, Limiter, DEFAULT_CAPACITY};
+pub use quota::Quota;
+pub use state::MAX_TOLERANCE_NANOS;
+pub use table::{Stats, WhenFull, MAX_CAPACITY};

@@ -1,0 +1,312 @@
+//! [`Limiter`]: the keyed limiter, a thin layer over the table that hashes keys and reads the
+//! clock.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use crate::clock::{Clock, DefaultClock, Timestamp};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::table::{Stats, Table, WhenFull};
+
+/// The capacity of [`Limiter::new`]: 65,536 keys in a 1 MiB table.
+pub const DEFAULT_CAPACITY: usize = 1 << 16;
+
+/// A keyed funnel limiter with bounded memory: each key (client IP, token, `user:action`) gets
+/// its own funnel in one `AtomicU64`, inside a table whose size is fixed when it is built.
+///
+/// * Keys are stored as 64-bit fingerprints of a randomly seeded [`ahash`] hash, so a slot is
+///   16 bytes whatever the key type, and attackers cannot aim keys at a bucket. Two keys whose
+///   fingerprints collide share one funnel (stricter, never looser); with `n` keys tracked the
+///   odds that any pair collides are about `n² / 2^65` (3 in 100 million at a million keys).
+/// * A funnel that has fully drained is the same as an absent one, so its slot is reused by
+///   new keys with no timers or sweeper thread; when a new key finds no such slot,
+///   [`WhenFull`] decides (by default the least indebted funnel is evicted).
+/// * Updating a present key is lock-free: one CAS when allowed, loads only when denied.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::{Limiter, Quota};
+///
+/// // 30 requests per minute per client, bursts of up to 16 (CL.THROTTLE k 15 30 60).
+/// let limiter = Limiter::<str>::new(Quota::new(15, 30, Duration::from_secs(60))?);
+/// let d = limiter.check("203.0.113.7");
+/// assert!(d.is_allowed());
+/// assert_eq!(d.remaining(), 15);
+/// assert!(limiter.check("198.51.100.1").is_allowed()); // another key, its own funnel
+/// # Ok::<(), funnel::Error>(())
+/// ```
+///
+/// Keys can be any `Hash` type, sized or not:
+///
+/// ```
+/// use std::net::IpAddr;
+/// use funnel::{Limiter, Quota};
+///
+/// let by_ip = Limiter::<IpAddr>::new(Quota::per_second(100)?);
+/// let ip: IpAddr = "2001:db8::1".parse().unwrap();
+/// assert!(by_ip.check(&ip).is_allowed());
+///
+/// let by_id = Limiter::<u64>::new(Quota::per_minute(10)?);
+/// assert!(by_id.check_n(&42, 3).is_allowed());
+/// # Ok::<(), funnel::Error>(())
+/// ```
+pub struct Limiter<K: ?Sized, C = DefaultClock> {
+    table: Table,
+    quota: Quota,
+    when_full: WhenFull,
+    hasher: ahash::RandomState,
+    clock: C,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
+    /// A limiter for up to [`DEFAULT_CAPACITY`] keys on the default clock, evicting the least
+    /// indebted funnel when full.
+    pub fn new(quota: Quota) -> Self {
+        Builder::new(quota)
+            .build()
+            .expect("the default capacity is valid and small") // 1 MiB; only OOM could fail
+    }
+
+    /// A builder, to set the capacity, clock, hasher seed or [`WhenFull`] policy.
+    pub fn builder(quota: Quota) -> Builder<K, DefaultClock> {
+        Builder::new(quota)
+    }
+}
+
+impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
+    /// One unit request for `key`, now.
+    #[inline]
+    pub fn check(&self, key: &K) -> Decision {
+        self.throttle_at(key, &self.quota, 1, self.clock.now())
+    }
+
+    /// A request of `n` units for `key`, now. `n = 0` is a peek.
+    #[inline]
+    pub fn check_n(&self, key: &K, n: u64) -> Decision {
+        self.throttle_at(key, &self.quota, n, self.clock.now())
+    }
+
+    /// A request of `n` units for `key` under `quota` instead of the limiter's own, now: as
+    /// CL.THROTTLE takes its parameters on every call. The funnel's state is only its arrival
+    /// time, so quotas may change between calls without losing the key's debt.
+    #[inline]
+    pub fn throttle(&self, key: &K, quota: &Quota, n: u64) -> Decision {
+        self.throttle_at(key, quota, n, self.clock.now())
+    }
+
+    /// [`check`](Self::check) at the caller's `now` (no clock read).
+    #[inline]
+    pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
+        self.throttle_at(key, &self.quota, 1, now)
+    }
+
+    /// [`check_n`](Self::check_n) at the caller's `now`.
+    #[inline]
+    pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
+        self.throttle_at(key, &self.quota, n, now)
+    }
+
+    /// [`throttle`](Self::throttle) at the caller's `now`: where every decision happens.
+    #[inline]
+    pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
+        let home = self.table.home(self.hasher.hash_one(key));
+        self.table.decide(&home, now.as_nanos(), quota, n, self.when_full)
+    }
+
+    /// `key`'s state now, charging nothing and creating nothing.
+    #[inline]
+    pub fn peek(&self, key: &K) -> Decision {
+        self.check_n(key, 0)
+    }
+
+    /// `key`'s state at the caller's `now`, charging nothing.
+    #[inline]
+    pub fn peek_at(&self, key: &K, now: Timestamp) -> Decision {
+        self.check_n_at(key, 0, now)
+    }
+
+    /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.
+    pub fn reset(&self, key: &K) -> bool {
+        let home = self.table.home(self.hasher.hash_one(key));
+        self.table.reset(&home)
+    }
+
+    /// The current time on the limiter's clock, for the `*_at` variants.
+    #[inline]
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<K: ?Sized, C> Limiter<K, C> {
+    /// Keys tracked: slots holding a key, including keys whose funnel has recovered but whose
+    /// slot no new key has needed yet. Approximate under concurrent updates; never above
+    /// [`capacity`](Self::capacity).
+    pub fn len(&self) -> usize {
+        self.table.stats().keys
+    }
+
+    /// True when no key was ever tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many keys the table can hold (the requested capacity rounded up to a power of two).
+    pub fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
+    /// Bytes of memory the table occupies; fixed at build time.
+    pub fn memory_bytes(&self) -> usize {
+        self.table.memory_bytes()
+    }
+
+    /// Counters: keys, evictions, keys turned away or let through untracked.
+    pub fn stats(&self) -> Stats {
+        self.table.stats()
+    }
+
+    /// The default quota of [`check`](Self::check) and [`check_n`](Self::check_n).
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Checks internal invariants (no key bound twice, counters consistent); call only while
+    /// no other thread uses the limiter. For tests and fuzzing.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.table.check_invariants()
+    }
+}
+
+impl<K: ?Sized, C> std::fmt::Debug for Limiter<K, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("quota", &self.quota)
+            .field("capacity", &self.capacity())
+            .field("when_full", &self.when_full)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Limiter`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::{clock::ManualClock, Limiter, Quota, WhenFull};
+///
+/// let clock = ManualClock::new();
+/// let limiter = Limiter::<u64>::builder(Quota::per_second(2)?)
+///     .capacity(1_000_000)
+///     .clock(clock.clone())
+///     .seed(7)
+///     .when_full(WhenFull::Evict)
+///     .build()?;
+/// assert!(limiter.check(&1).is_allowed());
+/// assert!(limiter.check(&1).is_allowed());
+/// assert!(!limiter.check(&1).is_allowed());
+/// clock.advance(Duration::from_millis(500));
+/// assert!(limiter.check(&1).is_allowed());
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[must_use]
+pub struct Builder<K: ?Sized, C = DefaultClock> {
+    quota: Quota,
+    capacity: usize,
+    clock: C,
+    seed: Option<u64>,
+    when_full: WhenFull,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K: ?Sized> Builder<K, DefaultClock> {
+    fn new(quota: Quota) -> Self {
+        Builder {
+            quota,
+            capacity: DEFAULT_CAPACITY,
+            clock: DefaultClock::new(),
+            seed: None,
+            when_full: WhenFull::default(),
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K: ?Sized, C: Clock> Builder<K, C> {
+    /// Room for at least `max_keys` keys, rounded up to a power of two; 16 bytes per slot.
+    pub fn capacity(mut self, max_keys: usize) -> Self {
+        self.capacity = max_keys;
+        self
+    }
+
+    /// The clock for decisions that do not take a `now`.
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, C2> {
+        Builder {
+            quota: self.quota,
+            capacity: self.capacity,
+            clock,
+            seed: self.seed,
+            when_full: self.when_full,
+            _key: PhantomData,
+        }
+    }
+
+    /// Seeds the key hasher, for reproducible tests and simulations. Without it the seed is
+    /// random per limiter, which is what keeps attackers from aiming keys at one bucket: do not
+    /// seed a limiter that faces untrusted keys with a guessable value.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// What a new key does when the table has no free or recovered slot for it.
+    pub fn when_full(mut self, when_full: WhenFull) -> Self {
+        self.when_full = when_full;
+        self
+    }
+
+    /// Allocates the table.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroCapacity`], [`Error::CapacityTooLarge`], [`Error::OutOfMemory`].
+    pub fn build(self) -> Result<Limiter<K, C>, Error> {
+        let hasher = match self.seed {
+            Some(seed) => {
+                let mut s = seed;
+                let mut next = || splitmix64(&mut s);
+                ahash::RandomState::with_seeds(next(), next(), next(), next())
+            }
+            None => ahash::RandomState::new(),
+        };
+        Ok(Limiter {
+            table: Table::with_capacity(self.capacity)?,
+            quota: self.quota,
+            when_full: self.when_full,
+            hasher,
+            clock: self.clock,
+            _key: PhantomData,
+        })
+    }
+}
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,484 @@
+//! The keyed table: a fixed array of 64-byte buckets, four slots each, every slot a key
+//! fingerprint word and a funnel word (`state.rs`). Each key may live in two candidate buckets.
+//!
+//! The slot protocol (EMPTY / LIVE / RESERVED, who moves a slot between them and why two racing
+//! threads cannot both win) is written out in `docs/DESIGN.md`, "The slot protocol"; the
+//! comments here name the step of that argument they implement.
+//!
+//! * **Updating** a key that is present is lock-free: find its slot, compute, one CAS on the
+//!   funnel word; a denial is validated by re-reading the word and writes nothing.
+//! * **Creating** a key is serialised per home bucket by a one-byte spin lock, so two creators
+//!   of one key cannot bind two slots. Updates never take it.
+//! * **Evicting** is lazy: a creator reuses an EMPTY slot or one whose funnel has recovered
+//!   (`TAT <= now`), and only when none is left applies [`WhenFull`].
+
+use std::sync::atomic::AtomicU64 as StatCounter;
+
+use crate::decision::{Decision, Outcome};
+use crate::error::Error;
+use crate::gcra;
+use crate::quota::Quota;
+use crate::state::{self, SlotState};
+use crate::sync::{spin, AtomicBool, AtomicU64, Ordering};
+
+/// Slots per bucket: four `{key, state}` pairs fill one 64-byte cache line.
+pub(crate) const SLOTS_PER_BUCKET: usize = 4;
+
+/// The largest capacity accepted, in keys: a table of at most 2^40 slots (16 TiB).
+pub const MAX_CAPACITY: usize = if usize::BITS >= 64 { 1 << 40 } else { 1 << 24 };
+
+/// What a new key does when every slot it may use holds a funnel still in debt.
+///
+/// # Examples
+///
+/// ```
+/// use funnel::{Limiter, Quota, WhenFull};
+///
+/// let limiter = Limiter::<str>::builder(Quota::per_second(10)?)
+///     .capacity(1_000)
+///     .when_full(WhenFull::Deny)
+///     .build()?;
+/// assert!(limiter.check("client-1").is_allowed());
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WhenFull {
+    /// Evict the candidate with the smallest arrival time: the funnel whose loss admits the
+    /// fewest extra requests (one-shot flood keys go first, heavily limited keys last), and
+    /// count it in [`Stats::forced_evictions`]. The default.
+    #[default]
+    Evict,
+    /// Turn the new key away ([`Outcome::TurnedAway`], fail-closed) and count it in
+    /// [`Stats::turned_away`]. Beware: under a key flood this locks out new legitimate users.
+    Deny,
+    /// Let the new key's request through as a fresh funnel would, without recording it
+    /// ([`Outcome::AllowedUntracked`], fail-open), and count it in [`Stats::admitted_untracked`].
+    Allow,
+}
+
+/// Counters of a keyed limiter, summed over its shards (each read is a snapshot; concurrent
+/// updates may land between shards).
+///
+/// # Examples
+///
+/// ```
+/// use funnel::{Limiter, Quota};
+///
+/// let limiter = Limiter::<u64>::new(Quota::per_second(5)?);
+/// limiter.check(&7);
+/// let stats = limiter.stats();
+/// assert_eq!(stats.keys, 1);
+/// assert_eq!(stats.forced_evictions, 0);
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Slots holding a key. A key stays counted after its funnel recovers, until a new key
+    /// reuses its slot; never above the capacity.
+    pub keys: usize,
+    /// New keys placed in the slot of a key whose funnel had fully recovered (free: that key
+    /// loses nothing).
+    pub recovered_evictions: u64,
+    /// New keys placed by evicting a funnel still in debt ([`WhenFull::Evict`]).
+    pub forced_evictions: u64,
+    /// New keys turned away because the table was full ([`WhenFull::Deny`]).
+    pub turned_away: u64,
+    /// New keys let through untracked because the table was full ([`WhenFull::Allow`]).
+    pub admitted_untracked: u64,
+}
+
+struct Slot {
+    /// The key's 64-bit fingerprint, never 0 once bound.
+    key: AtomicU64,
+    /// The packed funnel word (`state.rs`).
+    state: AtomicU64,
+}
+
+#[repr(C, align(64))]
+struct Bucket {
+    slots: [Slot; SLOTS_PER_BUCKET],
+}
+
+#[cfg(not(funnel_loom))]
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64, "a bucket is one cache line");
+
+/// Statistics, striped over cache lines so creators on different buckets do not share one.
+#[repr(align(64))]
+#[derive(Default)]
+struct StatShard {
+    keys: StatCounter,
+    recovered: StatCounter,
+    forced: StatCounter,
+    turned_away: StatCounter,
+    untracked: StatCounter,
+}
+
+const STAT_SHARDS: usize = 16;
+
+/// Where a key may live.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Home {
+    /// Fingerprint, never 0.
+    fp: u64,
+    /// Home bucket; also the index of the key's creation lock.
+    first: usize,
+    /// Second candidate bucket (equal to `first` in a one-bucket table).
+    second: usize,
+}
+
+/// How a creation attempt ended.
+enum Created {
+    /// The key now owns a slot and the request was charged to it.
+    Bound,
+    /// A racing creator bound the key first: update it instead.
+    Exists,
+    /// Table full, [`WhenFull::Deny`]: ns until the least indebted candidate recovers.
+    TurnedAway(u64),
+    /// Table full, [`WhenFull::Allow`].
+    Untracked,
+}
+
+pub(crate) struct Table {
+    buckets: Box<[Bucket]>,
+    /// One creation lock per bucket; a key takes the lock of its home bucket.
+    locks: Box<[AtomicBool]>,
+    mask: usize,
+    stats: [StatShard; STAT_SHARDS],
+}
+
+impl Table {
+    /// A table with room for at least `capacity` keys (rounded up to a power of two of buckets).
+    pub(crate) fn with_capacity(capacity: usize) -> Result<Table, Error> {
+        if capacity == 0 {
+            return Err(Error::ZeroCapacity);
+        }
+        if capacity > MAX_CAPACITY {
+            return Err(Error::CapacityTooLarge { requested: capacity, max: MAX_CAPACITY });
+        }
+        let buckets = capacity.div_ceil(SLOTS_PER_BUCKET).next_power_of_two();
+        let oom = Error::OutOfMemory { bytes: buckets.saturating_mul(65) };
+        let mut table: Vec<Bucket> = Vec::new();
+        table.try_reserve_exact(buckets).map_err(|_| oom.clone())?;
+        table.extend((0..buckets).map(|_| Bucket {
+            slots: std::array::from_fn(|_| Slot { key: AtomicU64::new(0), state: AtomicU64::new(state::EMPTY) }),
+        }));
+        let mut locks: Vec<AtomicBool> = Vec::new();
+        locks.try_reserve_exact(buckets).map_err(|_| oom)?;
+        locks.extend((0..buckets).map(|_| AtomicBool::new(false)));
+        Ok(Table {
+            buckets: table.into_boxed_slice(),
+            locks: locks.into_boxed_slice(),
+            mask: buckets - 1,
+            stats: Default::default(),
+        })
+    }
+
+    /// Slots in the table.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buckets.len() * SLOTS_PER_BUCKET
+    }
+
+    /// Bytes the table occupies (buckets, locks and counters).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.buckets)
+            + std::mem::size_of_val(&*self.locks)
+            + std::mem::size_of_val(&self.stats)
+    }
+
+    /// Where the key with this 64-bit hash lives.
+    #[inline]
+    pub(crate) fn home(&self, hash: u64) -> Home {
+        let fp = if hash == 0 { 1 } else { hash };
+        let first = (hash as usize) & self.mask;
+        // The second bucket comes from the hash's high half, so the two choices are
+        // independent; it differs from the first whenever the table has two buckets or more.
+        let step = ((hash >> 32) as usize) & self.mask;
+        let second = first ^ if step == 0 { 1 & self.mask } else { step };
+        Home { fp, first, second }
+    }
+
+    #[inline]
+    fn candidates(&self, home: &Home) -> impl Iterator<Item = &Slot> {
+        let second = (home.second != home.first).then_some(home.second);
+        std::iter::once(home.first)
+            .chain(second)
+            .flat_map(move |b| self.buckets[b].slots.iter())
+    }
+
+    /// Decides a request of `n` units at `now` for the key at `home`, creating its funnel if
+    /// the request is allowed and the key is absent.
+    #[inline]
+    pub(crate) fn decide(&self, home: &Home, now: u64, quota: &Quota, n: u64, when_full: WhenFull) -> Decision {
+        loop {
+            if let Some((slot, word)) = self.find(home) {
+                match charge(slot, word, home.fp, now, quota, n) {
+                    Some(decision) => return decision,
+                    None => continue, // the slot was rebound under us: look again
+                }
+            }
+            // Absent is the same as a fresh funnel (TAT = now).
+            let (decision, write) = gcra::decide(0, now, quota, n);
+            let Some(new_tat) = write else {
+                return decision; // denied or a peek: an absent key stays absent
+            };
+            match self.create(home, now, new_tat, when_full) {
+                Created::Bound => return decision,
+                Created::Exists => continue,
+                Created::TurnedAway(retry) => {
+                    return Decision::new(Outcome::TurnedAway, quota.limit, quota.t, retry, retry)
+                }
+                Created::Untracked => {
+                    return Decision::new(Outcome::AllowedUntracked, quota.limit, quota.t, new_tat - now, 0)
+                }
+            }
+        }
+    }
+
+    /// Empties the key's funnel; true if the key was tracked.
+    pub(crate) fn reset(&self, home: &Home) -> bool {
+        loop {
+            let Some((slot, word)) = self.find(home) else { return false };
+            let fresh = state::live(state::next_gen(state::gen_of(word)), 0);
+            // Relaxed/Relaxed: the key word is unchanged, so nothing new is published; a
+            // failure means the word moved and we look again. The new generation makes any
+            // updater that loaded `word` fail its CAS instead of writing a stale TAT.
+            if slot
+                .state
+                .compare_exchange(word, fresh, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+        }
+    }
+
+    /// The live slot bound to `home.fp`, with the funnel word that was validated against it.
+    #[inline]
+    fn find(&self, home: &Home) -> Option<(&Slot, u64)> {
+        for slot in self.candidates(home) {
+            // Relaxed: only a filter; a match is validated below. A stale miss sends us to
+            // the creation path, whose locked rescan sees every completed binding.
+            if slot.key.load(Ordering::Relaxed) != home.fp {
+                continue;
+            }
+            // Acquire: pairs with the Release store that published this word's binding
+            // (create) or the Release CAS of a later update, so the key load below reads
+            // that binding's key or a newer one.
+            let word = slot.state.load(Ordering::Acquire);
+            if !matches!(state::decode(word), SlotState::Live { .. }) {
+                continue; // EMPTY, or RESERVED: being rebound, its key word is not to be trusted
+            }
+            // Acquire: if this reads the key of a rebind that began after `word`, it pairs with
+            // that rebind's Release key store, so our later validation of `word` (the CAS in
+            // `charge`, or its re-load) sees RESERVED or newer and fails.
+            if slot.key.load(Ordering::Acquire) == home.fp {
+                return Some((slot, word));
+            }
+        }
+        None
+    }
+
+    fn create(&self, home: &Home, now: u64, new_tat: u64, when_full: WhenFull) -> Created {
+        let _lock = self.lock(home.first);
+        // A racing creator of the same key may have finished while we waited: the lock's
+        // Acquire makes its binding visible here.
+        if self.find(home).is_some() {
+            return Created::Exists;
+        }
+        let mut round = 0;
+        loop {
+            let mut free = None;
+            let mut least: Option<(&Slot, u64, u64)> = None;
+            for slot in self.candidates(home) {
+                // Relaxed: the CAS below validates whatever we pick.
+                let word = slot.state.load(Ordering::Relaxed);
+                match state::decode(word) {
+                    SlotState::Empty => {
+                        free = Some((slot, word));
+                        break;
+                    }
+                    SlotState::Live { tat, .. } if tat <= now => {
+                        free = Some((slot, word));
+                        break;
+                    }
+                    SlotState::Live { tat, .. } => {
+                        if least.is_none_or(|(_, _, min)| tat < min) {
+                            least = Some((slot, word, tat));
+                        }
+                    }
+                    SlotState::Reserved => {}
+                }
+            }
+            let (slot, word, forced) = match (free, least) {
+                (Some((slot, word)), _) => (slot, word, false),
+                (None, Some((slot, word, tat))) => match when_full {
+                    WhenFull::Evict => (slot, word, true),
+                    WhenFull::Deny => {
+                        self.shard(home).turned_away.fetch_add(1, Ordering::Relaxed);
+                        return Created::TurnedAway(tat - now);
+                    }
+                    WhenFull::Allow => {
+                        self.shard(home).untracked.fetch_add(1, Ordering::Relaxed);
+                        return Created::Untracked;
+                    }
+                },
+                (None, None) => {
+                    // Every candidate is being rebound by other creators this instant.
+                    spin(round);
+                    round += 1;
+                    continue;
+                }
+            };
+            let gen = state::gen_of(word);
+            // Relaxed: winning this CAS is what matters (an update or another creator that
+            // got there first makes it fail); ordering for readers comes from the Release
+            // key store below, which follows it in this thread.
+            if slot
+                .state
+                .compare_exchange(word, state::reserved(gen), Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                continue; // the slot moved; choose again
+            }
+            // Release: a reader that Acquire-loads this key also sees RESERVED (or newer) in the
+            // state word, so it cannot pair the new key with the evicted funnel.
+            slot.key.store(home.fp, Ordering::Release);
+            // Release: publishes the key store above to readers that Acquire-load this word.
+            slot.state.store(state::live(state::next_gen(gen), new_tat), Ordering::Release);
+            let shard = self.shard(home);
+            let counter = match state::decode(word) {
+                SlotState::Empty => &shard.keys,
+                _ if forced => &shard.forced,
+                _ => &shard.recovered,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            return Created::Bound;
+        }
+    }
+
+    fn lock(&self, bucket: usize) -> CreationLock<'_> {
+        let lock = &self.locks[bucket];
+        let mut round = 0;
+        loop {
+            // Acquire: pairs with the Release in `CreationLock::drop`, so the previous
+            // holder's bindings are visible to our rescan.
+            if lock
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return CreationLock(lock);
+            }
+            while lock.load(Ordering::Relaxed) {
+                spin(round);
+                round += 1;
+            }
+        }
+    }
+
+    fn shard(&self, home: &Home) -> &StatShard {
+        &self.stats[home.first % STAT_SHARDS]
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let sum = |f: fn(&StatShard) -> &StatCounter| -> u64 {
+            self.stats.iter().map(|s| f(s).load(Ordering::Relaxed)).sum()
+        };
+        Stats {
+            keys: usize::try_from(sum(|s| &s.keys)).unwrap_or(usize::MAX),
+            recovered_evictions: sum(|s| &s.recovered),
+            forced_evictions: sum(|s| &s.forced),
+            turned_away: sum(|s| &s.turned_away),
+            admitted_untracked: sum(|s| &s.untracked),
+        }
+    }
+
+    /// Checks the table's invariants while no other thread uses it: no RESERVED slot, no key
+    /// bound twice, every key in one of its candidate buckets, the key count equal to the
+    /// bound slots. For tests and fuzzing.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashMap::new();
+        let mut bound = 0usize;
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            for (i, slot) in bucket.slots.iter().enumerate() {
+                let word = slot.state.load(Ordering::Acquire);
+                let key = slot.key.load(Ordering::Acquire);
+                match state::decode(word) {
+                    SlotState::Empty if key == 0 => {}
+                    SlotState::Empty => return Err(format!("slot {b}.{i} is EMPTY but has key {key:#x}")),
+                    SlotState::Reserved => return Err(format!("slot {b}.{i} is RESERVED at rest")),
+                    SlotState::Live { tat, .. } => {
+                        bound += 1;
+                        if tat > state::MAX_TAT {
+                            return Err(format!("slot {b}.{i} has TAT {tat} beyond range"));
+                        }
+                        let home = self.home(key);
+                        if b != home.first && b != home.second {
+                            return Err(format!("key {key:#x} in bucket {b}, not one of its candidates"));
+                        }
+                        if let Some(other) = seen.insert(key, (b, i)) {
+                            return Err(format!("key {key:#x} bound twice: {other:?} and {:?}", (b, i)));
+                        }
+                    }
+                }
+            }
+        }
+        let counted = self.stats().keys;
+        if counted != bound {
+            return Err(format!("key counter says {counted}, table holds {bound}"));
+        }
+        Ok(())
+    }
+}
+
+/// Charges a request to the live `slot` whose validated word is `word`. `None` when the slot
+/// was rebound to another key meanwhile (the caller looks the key up again).
+#[inline]
+fn charge(slot: &Slot, mut word: u64, fp: u64, now: u64, quota: &Quota, n: u64) -> Option<Decision> {
+    loop {
+        let SlotState::Live { gen, tat } = state::decode(word) else { return None };
+        let (decision, write) = gcra::decide(tat, now, quota, n);
+        let current = match write {
+            None => {
+                // A denial or a peek writes nothing, but must still prove that `word` belonged
+                // to our key: re-read it. Acquire: if it changed, the key re-check below must
+                // see the binding of the new word.
+                let current = slot.state.load(Ordering::Acquire);
+                if current == word {
+                    return Some(decision);
+                }
+                current
+            }
+            Some(new_tat) => {
+                // Release on success: readers that Acquire this word see our key load's
+                // binding (transitively, the creator's key store). Acquire on failure: as the
+                // re-load above.
+                match slot.state.compare_exchange_weak(
+                    word,
+                    state::live(gen, new_tat),
+                    Ordering::Release,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(decision),
+                    Err(current) => current,
+                }
+            }
+        };
+        // The word moved: a concurrent update of our key (retry with it) or a rebind (give up).
+        // Acquire: as in `find`.
+        if slot.key.load(Ordering::Acquire) != fp {
+            return None;
+        }
+        word = current;
+    }
+}
+
+struct CreationLock<'a>(&'a AtomicBool);
+
+impl Drop for CreationLock<'_> {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire in `Table::lock`.
+        self.0.store(false, Ordering::Release);
+    }
+}

@@ -211,6 +211,20 @@ impl Table {
     /// the request is allowed and the key is absent.
     #[inline]
     pub(crate) fn decide(&self, home: &Home, now: u64, quota: &Quota, n: u64, when_full: WhenFull) -> Decision {
+        // The hot path (the key is present) stays small enough to inline; everything else is
+        // out of line.
+        if let Some((slot, word)) = self.find(home) {
+            if let Some(decision) = charge(slot, word, home.fp, now, quota, n) {
+                return decision;
+            }
+        }
+        self.decide_slow(home, now, quota, n, when_full)
+    }
+
+    /// [`decide`](Self::decide) when the key was absent or its slot was rebound under us.
+    #[cold]
+    #[inline(never)]
+    fn decide_slow(&self, home: &Home, now: u64, quota: &Quota, n: u64, when_full: WhenFull) -> Decision {
         loop {
             if let Some((slot, word)) = self.find(home) {
                 match charge(slot, word, home.fp, now, quota, n) {
@@ -254,30 +268,22 @@ impl Table {
         }
     }
 
+    /// The funnel word bound to the key at `home`, if any; for the loom models' oracles.
+    #[cfg(all(test, funnel_loom))]
+    pub(crate) fn word_of(&self, home: &Home) -> Option<u64> {
+        self.find(home).map(|(_, word)| word)
+    }
+
     /// The live slot bound to `home.fp`, with the funnel word that was validated against it.
     #[inline]
     fn find(&self, home: &Home) -> Option<(&Slot, u64)> {
-        for slot in self.candidates(home) {
-            // Relaxed: only a filter; a match is validated below. A stale miss sends us to
-            // the creation path, whose locked rescan sees every completed binding.
-            if slot.key.load(Ordering::Relaxed) != home.fp {
-                continue;
-            }
-            // Acquire: pairs with the Release store that published this word's binding
-            // (create) or the Release CAS of a later update, so the key load below reads
-            // that binding's key or a newer one.
-            let word = slot.state.load(Ordering::Acquire);
-            if !matches!(state::decode(word), SlotState::Live { .. }) {
-                continue; // EMPTY, or RESERVED: being rebound, its key word is not to be trusted
-            }
-            // Acquire: if this reads the key of a rebind that began after `word`, it pairs with
-            // that rebind's Release key store, so our later validation of `word` (the CAS in
-            // `charge`, or its re-load) sees RESERVED or newer and fails.
-            if slot.key.load(Ordering::Acquire) == home.fp {
-                return Some((slot, word));
-            }
+        if let Some(found) = find_in(&self.buckets[home.first], home.fp) {
+            return Some(found);
         }
-        None
+        if home.second == home.first {
+            return None;
+        }
+        find_in(&self.buckets[home.second], home.fp)
     }
 
     fn create(&self, home: &Home, now: u64, new_tat: u64, when_full: WhenFull) -> Created {
@@ -430,6 +436,32 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// The live slot of `bucket` bound to `fp`, with its validated funnel word.
+#[inline]
+fn find_in(bucket: &Bucket, fp: u64) -> Option<(&Slot, u64)> {
+    for slot in &bucket.slots {
+        // Relaxed: only a filter; a match is validated below. A stale miss sends us to the
+        // creation path, whose locked rescan sees every completed binding.
+        if slot.key.load(Ordering::Relaxed) != fp {
+            continue;
+        }
+        // Acquire: pairs with the Release store that published this word's binding (create)
+        // or the Release CAS of a later update, so the key load below reads that binding's key
+        // or a newer one.
+        let word = slot.state.load(Ordering::Acquire);
+        if !matches!(state::decode(word), SlotState::Live { .. }) {
+            continue; // EMPTY, or RESERVED: being rebound, its key word is not to be trusted
+        }
+        // Acquire: if this reads the key of a rebind that began after `word`, it pairs with that
+        // rebind's Release key store, so our later validation of `word` (the CAS in `charge`,
+        // or its re-load) sees RESERVED or newer and fails.
+        if slot.key.load(Ordering::Acquire) == fp {
+            return Some((slot, word));
+        }
+    }
+    None
 }
 
 /// Charges a request to the live `slot` whose validated word is `word`. `None` when the slot

@@ -1,5 +1,6 @@
-//! The keyed table: a fixed array of 64-byte buckets, four slots each, every slot a key
-//! fingerprint word and a funnel word (`state.rs`). Each key may live in two candidate buckets.
+//! The keyed table: a fixed array of 128-byte buckets, eight slots each, every slot a key
+//! fingerprint word and a funnel word (`state.rs`). Each key may live in two candidate buckets;
+//! a new key goes to the candidate bucket with more free slots (two-choice placement).
 //!
 //! The slot protocol (EMPTY / LIVE / RESERVED, who moves a slot between them and why two racing
 //! threads cannot both win) is written out in `docs/DESIGN.md`, "The slot protocol"; the
@@ -21,7 +22,14 @@ use crate::quota::Quota;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, AtomicU64, Ordering};
 
-/// Slots per bucket: four `{key, state}` pairs fill one 64-byte cache line.
+/// Slots per bucket: eight `{key, state}` pairs fill two cache lines (128 bytes). With two
+/// candidate buckets and two-choice placement, about 70% of the slots can hold funnels in debt
+/// before a new key first finds no free candidate (12–40% with one-line buckets filled in
+/// order; `docs/DESIGN.md`, "The table"). Loom models use buckets of four, which keeps their
+/// state space small; the protocol does not depend on the bucket size.
+#[cfg(not(funnel_loom))]
+pub(crate) const SLOTS_PER_BUCKET: usize = 8;
+#[cfg(funnel_loom)]
 pub(crate) const SLOTS_PER_BUCKET: usize = 4;
 
 /// The largest capacity accepted, in keys: a table of at most 2^40 slots (16 TiB).
@@ -96,13 +104,13 @@ struct Slot {
     state: AtomicU64,
 }
 
-#[repr(C, align(64))]
+#[repr(C, align(128))]
 struct Bucket {
     slots: [Slot; SLOTS_PER_BUCKET],
 }
 
 #[cfg(not(funnel_loom))]
-const _: () = assert!(std::mem::size_of::<Bucket>() == 64, "a bucket is one cache line");
+const _: () = assert!(std::mem::size_of::<Bucket>() == 128, "a bucket is two cache lines");
 
 /// Statistics, striped over cache lines so creators on different buckets do not share one.
 #[repr(align(64))]
@@ -158,7 +166,7 @@ impl Table {
             return Err(Error::CapacityTooLarge { requested: capacity, max: MAX_CAPACITY });
         }
         let buckets = capacity.div_ceil(SLOTS_PER_BUCKET).next_power_of_two();
-        let oom = Error::OutOfMemory { bytes: buckets.saturating_mul(65) };
+        let oom = Error::OutOfMemory { bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>() + 1) };
         let mut table: Vec<Bucket> = Vec::new();
         table.try_reserve_exact(buckets).map_err(|_| oom.clone())?;
         table.extend((0..buckets).map(|_| Bucket {
@@ -191,20 +199,15 @@ impl Table {
     #[inline]
     pub(crate) fn home(&self, hash: u64) -> Home {
         let fp = if hash == 0 { 1 } else { hash };
+        // Buckets come from `fp`, not `hash`: keys of one fingerprint are one key, and must
+        // share one home bucket and so one creation lock (hashes 0 and 1 would not).
+        let hash = fp;
         let first = (hash as usize) & self.mask;
         // The second bucket comes from the hash's high half, so the two choices are
         // independent; it differs from the first whenever the table has two buckets or more.
         let step = ((hash >> 32) as usize) & self.mask;
         let second = first ^ if step == 0 { 1 & self.mask } else { step };
         Home { fp, first, second }
-    }
-
-    #[inline]
-    fn candidates(&self, home: &Home) -> impl Iterator<Item = &Slot> {
-        let second = (home.second != home.first).then_some(home.second);
-        std::iter::once(home.first)
-            .chain(second)
-            .flat_map(move |b| self.buckets[b].slots.iter())
     }
 
     /// Decides a request of `n` units at `now` for the key at `home`, creating its funnel if
@@ -295,28 +298,17 @@ impl Table {
         }
         let mut round = 0;
         loop {
-            let mut free = None;
+            // Two-choice placement: the candidate bucket with more free slots (EMPTY or
+            // recovered) takes the key, the home bucket on a tie; the least indebted live slot
+            // of either is the victim of last resort.
             let mut least: Option<(&Slot, u64, u64)> = None;
-            for slot in self.candidates(home) {
-                // Relaxed: the CAS below validates whatever we pick.
-                let word = slot.state.load(Ordering::Relaxed);
-                match state::decode(word) {
-                    SlotState::Empty => {
-                        free = Some((slot, word));
-                        break;
-                    }
-                    SlotState::Live { tat, .. } if tat <= now => {
-                        free = Some((slot, word));
-                        break;
-                    }
-                    SlotState::Live { tat, .. } => {
-                        if least.is_none_or(|(_, _, min)| tat < min) {
-                            least = Some((slot, word, tat));
-                        }
-                    }
-                    SlotState::Reserved => {}
-                }
-            }
+            let first = scan(&self.buckets[home.first], now, &mut least);
+            let second = if home.second == home.first {
+                Scan::default()
+            } else {
+                scan(&self.buckets[home.second], now, &mut least)
+            };
+            let free = if second.free > first.free { second.slot } else { first.slot };
             let (slot, word, forced) = match (free, least) {
                 (Some((slot, word)), _) => (slot, word, false),
                 (None, Some((slot, word, tat))) => match when_full {
@@ -338,12 +330,16 @@ impl Table {
                 }
             };
             let gen = state::gen_of(word);
-            // Relaxed: winning this CAS is what matters (an update or another creator that
-            // got there first makes it fail); ordering for readers comes from the Release
-            // key store below, which follows it in this thread.
+            // Winning this CAS is what matters (an update or another creator that got there
+            // first makes it fail); ordering for readers comes from the Release key store below.
+            // Acquire on success: pairs with the Release store (or update/reset CAS) of the word
+            // we replace, so the previous binding's key store happens before ours and ours is
+            // the later one in the key word's order. Creators under different locks (home
+            // buckets) share no other ordering; with Relaxed the old key could land last and
+            // pair with our funnel (loom model 4a).
             if slot
                 .state
-                .compare_exchange(word, state::reserved(gen), Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(word, state::reserved(gen), Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
             {
                 continue; // the slot moved; choose again
@@ -436,6 +432,38 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// Free slots of one candidate bucket, as seen by a creator.
+#[derive(Default)]
+struct Scan<'a> {
+    /// How many slots are EMPTY or recovered.
+    free: usize,
+    /// The first of them, with the word it was seen holding.
+    slot: Option<(&'a Slot, u64)>,
+}
+
+/// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live slot.
+fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<(&'a Slot, u64, u64)>) -> Scan<'a> {
+    let mut found = Scan::default();
+    for slot in &bucket.slots {
+        // Relaxed: the creator's CAS validates whatever slot it picks.
+        let word = slot.state.load(Ordering::Relaxed);
+        match state::decode(word) {
+            SlotState::Empty => {}
+            SlotState::Live { tat, .. } if tat <= now => {}
+            SlotState::Live { tat, .. } => {
+                if least.is_none_or(|(_, _, min)| tat < min) {
+                    *least = Some((slot, word, tat));
+                }
+                continue;
+            }
+            SlotState::Reserved => continue,
+        }
+        found.free += 1;
+        found.slot.get_or_insert((slot, word));
+    }
+    found
 }
 
 /// The live slot of `bucket` bound to `fp`, with its validated funnel word.

@@ -48,7 +48,9 @@ impl Timestamp {
         if nanos <= MAX_TIME_NANOS {
             Ok(Timestamp(nanos))
         } else {
-            Err(Error::TimeOutOfRange { nanos: u128::from(nanos) })
+            Err(Error::TimeOutOfRange {
+                nanos: u128::from(nanos),
+            })
         }
     }
 
@@ -175,7 +177,9 @@ pub struct StdClock {
 impl StdClock {
     /// A clock whose origin is now.
     pub fn new() -> StdClock {
-        StdClock { origin: std::time::Instant::now() }
+        StdClock {
+            origin: std::time::Instant::now(),
+        }
     }
 }
 
@@ -220,15 +224,19 @@ impl ManualClock {
 
     /// A clock starting at `start`.
     pub fn starting_at(start: Timestamp) -> ManualClock {
-        ManualClock { nanos: Arc::new(AtomicU64::new(start.as_nanos())) }
+        ManualClock {
+            nanos: Arc::new(AtomicU64::new(start.as_nanos())),
+        }
     }
 
     /// Moves every clone of this clock forward by `d`, saturating at [`Timestamp::MAX`].
     pub fn advance(&self, d: Duration) {
         // Relaxed: the clock's value is the only data; readers need no other memory from it.
-        let _ = self.nanos.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            Some(Timestamp(n).saturating_add(d).as_nanos())
-        });
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(Timestamp(n).saturating_add(d).as_nanos())
+            });
     }
 
     /// Sets every clone of this clock to `t` (which may move it backwards, to test that).
@@ -262,7 +270,9 @@ mod tests {
         assert!(Timestamp::from_nanos(MAX_TIME_NANOS).is_ok());
         assert_eq!(
             Timestamp::from_nanos(MAX_TIME_NANOS + 1),
-            Err(Error::TimeOutOfRange { nanos: u128::from(MAX_TIME_NANOS) + 1 })
+            Err(Error::TimeOutOfRange {
+                nanos: u128::from(MAX_TIME_NANOS) + 1
+            })
         );
         assert!(Timestamp::from_duration(Duration::MAX).is_err());
     }

@@ -55,8 +55,20 @@ pub struct Decision {
 
 impl Decision {
     #[inline]
-    pub(crate) fn new(outcome: Outcome, limit: u64, t: u64, reset_after: u64, retry_after: u64) -> Self {
-        Decision { limit, t, reset_after, retry_after, outcome }
+    pub(crate) fn new(
+        outcome: Outcome,
+        limit: u64,
+        t: u64,
+        reset_after: u64,
+        retry_after: u64,
+    ) -> Self {
+        Decision {
+            limit,
+            t,
+            reset_after,
+            retry_after,
+            outcome,
+        }
     }
 
     /// Why the request passed or not.
@@ -182,7 +194,13 @@ mod tests {
 
     #[test]
     fn turned_away_reports_nothing_remaining_and_a_retry() {
-        let d = Decision::new(Outcome::TurnedAway, 5, 1_000_000_000, 3_000_000_000, 3_000_000_000);
+        let d = Decision::new(
+            Outcome::TurnedAway,
+            5,
+            1_000_000_000,
+            3_000_000_000,
+            3_000_000_000,
+        );
         assert_eq!(d.remaining(), 0);
         assert_eq!(d.retry_after(), Some(Duration::from_secs(3)));
         assert_eq!(d.to_cl_throttle(), [1, 5, 0, 3, 3]);

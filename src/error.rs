@@ -92,10 +92,16 @@ impl fmt::Display for Error {
                 period.as_nanos()
             ),
             Error::BurstTooLarge { max_burst } => {
-                write!(f, "max_burst {max_burst} is too large: max_burst + 1 must fit in a u64")
+                write!(
+                    f,
+                    "max_burst {max_burst} is too large: max_burst + 1 must fit in a u64"
+                )
             }
             Error::ZeroLimit => f.write_str("limit must be at least 1 (max_burst 0)"),
-            Error::ToleranceTooLarge { tolerance_nanos, max_nanos } => write!(
+            Error::ToleranceTooLarge {
+                tolerance_nanos,
+                max_nanos,
+            } => write!(
                 f,
                 "emission interval * limit is {tolerance_nanos} ns, above the maximum of \
                  {max_nanos} ns (about 36.5 years): lower the limit or the period"
@@ -110,10 +116,16 @@ impl fmt::Display for Error {
             ),
             Error::ZeroCapacity => f.write_str("capacity must be at least 1 key"),
             Error::CapacityTooLarge { requested, max } => {
-                write!(f, "capacity of {requested} keys is above the maximum of {max}")
+                write!(
+                    f,
+                    "capacity of {requested} keys is above the maximum of {max}"
+                )
             }
             Error::OutOfMemory { bytes } => {
-                write!(f, "could not allocate {bytes} bytes for the limiter's table")
+                write!(
+                    f,
+                    "could not allocate {bytes} bytes for the limiter's table"
+                )
             }
         }
     }

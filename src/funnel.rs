@@ -47,7 +47,11 @@ impl Funnel<DefaultClock> {
 impl<C: Clock> Funnel<C> {
     /// A fresh funnel on `clock`.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Funnel { tat: AtomicU64::new(0), quota, clock }
+        Funnel {
+            tat: AtomicU64::new(0),
+            quota,
+            clock,
+        }
     }
 
     /// One unit request, now.
@@ -79,7 +83,10 @@ impl<C: Clock> Funnel<C> {
         loop {
             let (decision, write) = gcra::decide(tat, now, &self.quota, n);
             let Some(new) = write else { return decision };
-            match self.tat.compare_exchange_weak(tat, new, Ordering::Relaxed, Ordering::Relaxed) {
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => return decision,
                 Err(current) => tat = current,
             }

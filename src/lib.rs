@@ -73,3 +73,8 @@ pub use limiter::{Builder, Limiter, DEFAULT_CAPACITY};
 pub use quota::Quota;
 pub use state::MAX_TOLERANCE_NANOS;
 pub use table::{Stats, WhenFull, MAX_CAPACITY};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

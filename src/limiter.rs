@@ -115,7 +115,8 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     #[inline]
     pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
         let home = self.table.home(self.hasher.hash_one(key));
-        self.table.decide(&home, now.as_nanos(), quota, n, self.when_full)
+        self.table
+            .decide(&home, now.as_nanos(), quota, n, self.when_full)
     }
 
     /// `key`'s state now, charging nothing and creating nothing.

@@ -225,11 +225,17 @@ mod tests {
         assert_eq!(Quota::new(1, 1, Duration::ZERO), Err(Error::ZeroPeriod));
         assert_eq!(
             Quota::new(1, 2_000_000_000, s),
-            Err(Error::EmissionIntervalTooSmall { period: s, count: 2_000_000_000 })
+            Err(Error::EmissionIntervalTooSmall {
+                period: s,
+                count: 2_000_000_000
+            })
         );
         assert_eq!(Quota::new(1, 1_000_000_000, s).unwrap().t, 1);
         assert_eq!(Quota::per_second(0), Err(Error::ZeroCount));
-        assert_eq!(Quota::per_second(5).unwrap().with_limit(0), Err(Error::ZeroLimit));
+        assert_eq!(
+            Quota::per_second(5).unwrap().with_limit(0),
+            Err(Error::ZeroLimit)
+        );
     }
 
     #[test]
@@ -237,7 +243,9 @@ mod tests {
         let s = Duration::from_secs(1);
         assert_eq!(
             Quota::new(u64::MAX, 1, s),
-            Err(Error::BurstTooLarge { max_burst: u64::MAX })
+            Err(Error::BurstTooLarge {
+                max_burst: u64::MAX
+            })
         );
         assert!(matches!(
             Quota::new(u64::MAX - 1, 1, s),
@@ -257,11 +265,17 @@ mod tests {
         ));
         assert_eq!(
             Quota::from_cl_throttle(1, i64::MIN, 1),
-            Err(Error::Negative { argument: "count", value: i64::MIN })
+            Err(Error::Negative {
+                argument: "count",
+                value: i64::MIN
+            })
         );
         assert_eq!(
             Quota::from_cl_throttle(1, 1, -5),
-            Err(Error::Negative { argument: "period", value: -5 })
+            Err(Error::Negative {
+                argument: "period",
+                value: -5
+            })
         );
     }
 

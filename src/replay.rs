@@ -107,7 +107,12 @@ pub fn parse_line(line: &[u8]) -> Result<Line<'_>, LineError> {
     let now = Timestamp::from_nanos(now).map_err(LineError::Invalid)?;
     let quantity = u64::try_from(quantity).map_err(|_| LineError::NegativeQuantity(quantity))?;
     let quota = Quota::from_cl_throttle(max_burst, count, period).map_err(LineError::Invalid)?;
-    Ok(Line { now, key, quota, quantity })
+    Ok(Line {
+        now,
+        key,
+        quota,
+        quantity,
+    })
 }
 
 fn int(field: &'static str, text: &[u8]) -> Result<i64, LineError> {
@@ -166,7 +171,9 @@ impl Replay {
     /// A [`LineError`] for a line that does not parse or carries an invalid quota.
     pub fn apply(&self, line: &[u8]) -> Result<[i64; 5], LineError> {
         let line = parse_line(line)?;
-        let decision = self.limiter.throttle_at(line.key, &line.quota, line.quantity, line.now);
+        let decision = self
+            .limiter
+            .throttle_at(line.key, &line.quota, line.quantity, line.now);
         Ok(decision.to_cl_throttle())
     }
 

@@ -62,7 +62,10 @@ pub(crate) fn decode(word: u64) -> SlotState {
     } else if tat == TAT_MASK {
         SlotState::Reserved
     } else {
-        SlotState::Live { gen: word >> TAT_BITS, tat }
+        SlotState::Live {
+            gen: word >> TAT_BITS,
+            tat,
+        }
     }
 }
 
@@ -130,5 +133,4 @@ mod tests {
         assert_eq!(next_gen(2), 3);
         assert_eq!(next_gen(3), 1);
     }
-
 }

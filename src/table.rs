@@ -110,7 +110,10 @@ struct Bucket {
 }
 
 #[cfg(not(funnel_loom))]
-const _: () = assert!(std::mem::size_of::<Bucket>() == 128, "a bucket is two cache lines");
+const _: () = assert!(
+    std::mem::size_of::<Bucket>() == 128,
+    "a bucket is two cache lines"
+);
 
 /// Statistics, striped over cache lines so creators on different buckets do not share one.
 #[repr(align(64))]
@@ -163,14 +166,22 @@ impl Table {
             return Err(Error::ZeroCapacity);
         }
         if capacity > MAX_CAPACITY {
-            return Err(Error::CapacityTooLarge { requested: capacity, max: MAX_CAPACITY });
+            return Err(Error::CapacityTooLarge {
+                requested: capacity,
+                max: MAX_CAPACITY,
+            });
         }
         let buckets = capacity.div_ceil(SLOTS_PER_BUCKET).next_power_of_two();
-        let oom = Error::OutOfMemory { bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>() + 1) };
+        let oom = Error::OutOfMemory {
+            bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>() + 1),
+        };
         let mut table: Vec<Bucket> = Vec::new();
         table.try_reserve_exact(buckets).map_err(|_| oom.clone())?;
         table.extend((0..buckets).map(|_| Bucket {
-            slots: std::array::from_fn(|_| Slot { key: AtomicU64::new(0), state: AtomicU64::new(state::EMPTY) }),
+            slots: std::array::from_fn(|_| Slot {
+                key: AtomicU64::new(0),
+                state: AtomicU64::new(state::EMPTY),
+            }),
         }));
         let mut locks: Vec<AtomicBool> = Vec::new();
         locks.try_reserve_exact(buckets).map_err(|_| oom)?;
@@ -213,7 +224,14 @@ impl Table {
     /// Decides a request of `n` units at `now` for the key at `home`, creating its funnel if
     /// the request is allowed and the key is absent.
     #[inline]
-    pub(crate) fn decide(&self, home: &Home, now: u64, quota: &Quota, n: u64, when_full: WhenFull) -> Decision {
+    pub(crate) fn decide(
+        &self,
+        home: &Home,
+        now: u64,
+        quota: &Quota,
+        n: u64,
+        when_full: WhenFull,
+    ) -> Decision {
         // The hot path (the key is present) stays small enough to inline; everything else is
         // out of line.
         if let Some((slot, word)) = self.find(home) {
@@ -227,7 +245,14 @@ impl Table {
     /// [`decide`](Self::decide) when the key was absent or its slot was rebound under us.
     #[cold]
     #[inline(never)]
-    fn decide_slow(&self, home: &Home, now: u64, quota: &Quota, n: u64, when_full: WhenFull) -> Decision {
+    fn decide_slow(
+        &self,
+        home: &Home,
+        now: u64,
+        quota: &Quota,
+        n: u64,
+        when_full: WhenFull,
+    ) -> Decision {
         loop {
             if let Some((slot, word)) = self.find(home) {
                 match charge(slot, word, home.fp, now, quota, n) {
@@ -247,7 +272,13 @@ impl Table {
                     return Decision::new(Outcome::TurnedAway, quota.limit, quota.t, retry, retry)
                 }
                 Created::Untracked => {
-                    return Decision::new(Outcome::AllowedUntracked, quota.limit, quota.t, new_tat - now, 0)
+                    return Decision::new(
+                        Outcome::AllowedUntracked,
+                        quota.limit,
+                        quota.t,
+                        new_tat - now,
+                        0,
+                    )
                 }
             }
         }
@@ -256,7 +287,9 @@ impl Table {
     /// Empties the key's funnel; true if the key was tracked.
     pub(crate) fn reset(&self, home: &Home) -> bool {
         loop {
-            let Some((slot, word)) = self.find(home) else { return false };
+            let Some((slot, word)) = self.find(home) else {
+                return false;
+            };
             let fresh = state::live(state::next_gen(state::gen_of(word)), 0);
             // Relaxed/Relaxed: the key word is unchanged, so nothing new is published; a
             // failure means the word moved and we look again. The new generation makes any
@@ -308,7 +341,11 @@ impl Table {
             } else {
                 scan(&self.buckets[home.second], now, &mut least)
             };
-            let free = if second.free > first.free { second.slot } else { first.slot };
+            let free = if second.free > first.free {
+                second.slot
+            } else {
+                first.slot
+            };
             let (slot, word, forced) = match (free, least) {
                 (Some((slot, word)), _) => (slot, word, false),
                 (None, Some((slot, word, tat))) => match when_full {
@@ -339,7 +376,12 @@ impl Table {
             // pair with our funnel (loom model 4a).
             if slot
                 .state
-                .compare_exchange(word, state::reserved(gen), Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(
+                    word,
+                    state::reserved(gen),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
                 .is_err()
             {
                 continue; // the slot moved; choose again
@@ -348,7 +390,10 @@ impl Table {
             // state word, so it cannot pair the new key with the evicted funnel.
             slot.key.store(home.fp, Ordering::Release);
             // Release: publishes the key store above to readers that Acquire-load this word.
-            slot.state.store(state::live(state::next_gen(gen), new_tat), Ordering::Release);
+            slot.state.store(
+                state::live(state::next_gen(gen), new_tat),
+                Ordering::Release,
+            );
             let shard = self.shard(home);
             let counter = match state::decode(word) {
                 SlotState::Empty => &shard.keys,
@@ -385,7 +430,10 @@ impl Table {
 
     pub(crate) fn stats(&self) -> Stats {
         let sum = |f: fn(&StatShard) -> &StatCounter| -> u64 {
-            self.stats.iter().map(|s| f(s).load(Ordering::Relaxed)).sum()
+            self.stats
+                .iter()
+                .map(|s| f(s).load(Ordering::Relaxed))
+                .sum()
         };
         Stats {
             keys: usize::try_from(sum(|s| &s.keys)).unwrap_or(usize::MAX),
@@ -408,7 +456,9 @@ impl Table {
                 let key = slot.key.load(Ordering::Acquire);
                 match state::decode(word) {
                     SlotState::Empty if key == 0 => {}
-                    SlotState::Empty => return Err(format!("slot {b}.{i} is EMPTY but has key {key:#x}")),
+                    SlotState::Empty => {
+                        return Err(format!("slot {b}.{i} is EMPTY but has key {key:#x}"))
+                    }
                     SlotState::Reserved => return Err(format!("slot {b}.{i} is RESERVED at rest")),
                     SlotState::Live { tat, .. } => {
                         bound += 1;
@@ -417,10 +467,15 @@ impl Table {
                         }
                         let home = self.home(key);
                         if b != home.first && b != home.second {
-                            return Err(format!("key {key:#x} in bucket {b}, not one of its candidates"));
+                            return Err(format!(
+                                "key {key:#x} in bucket {b}, not one of its candidates"
+                            ));
                         }
                         if let Some(other) = seen.insert(key, (b, i)) {
-                            return Err(format!("key {key:#x} bound twice: {other:?} and {:?}", (b, i)));
+                            return Err(format!(
+                                "key {key:#x} bound twice: {other:?} and {:?}",
+                                (b, i)
+                            ));
                         }
                     }
                 }
@@ -495,9 +550,18 @@ fn find_in(bucket: &Bucket, fp: u64) -> Option<(&Slot, u64)> {
 /// Charges a request to the live `slot` whose validated word is `word`. `None` when the slot
 /// was rebound to another key meanwhile (the caller looks the key up again).
 #[inline]
-fn charge(slot: &Slot, mut word: u64, fp: u64, now: u64, quota: &Quota, n: u64) -> Option<Decision> {
+fn charge(
+    slot: &Slot,
+    mut word: u64,
+    fp: u64,
+    now: u64,
+    quota: &Quota,
+    n: u64,
+) -> Option<Decision> {
     loop {
-        let SlotState::Live { gen, tat } = state::decode(word) else { return None };
+        let SlotState::Live { gen, tat } = state::decode(word) else {
+            return None;
+        };
         let (decision, write) = gcra::decide(tat, now, quota, n);
         let current = match write {
             None => {

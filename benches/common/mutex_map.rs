@@ -41,9 +41,10 @@ impl<K: Hash + Eq, S: BuildHasher + Default> MutexMapLimiter<K, S> {
         let mut map = self.funnels.lock().unwrap_or_else(|e| e.into_inner());
         let funnel = match map.get_mut(key) {
             Some(f) => f,
-            None => map
-                .entry(key.clone())
-                .or_insert(Funnel { left: full, leaked_at: now_ns }),
+            None => map.entry(key.clone()).or_insert(Funnel {
+                left: full,
+                leaked_at: now_ns,
+            }),
         };
         // make_space: leak what the elapsed time allows, capped at the capacity.
         let elapsed = now_ns.saturating_sub(funnel.leaked_at);

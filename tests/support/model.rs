@@ -23,12 +23,18 @@ impl ModelQuota {
     /// CL.THROTTLE's `<max_burst> <count> <period_s>`, for sane arguments (the model does not
     /// validate: callers only use it where the engine accepted the quota).
     pub fn cl(max_burst: i128, count: i128, period_s: i128) -> ModelQuota {
-        ModelQuota { t: period_s * 1_000_000_000 / count, limit: max_burst + 1 }
+        ModelQuota {
+            t: period_s * 1_000_000_000 / count,
+            limit: max_burst + 1,
+        }
     }
 
     /// `count` per `period_ns` with a burst capacity of `limit`.
     pub fn per(limit: i128, count: i128, period_ns: i128) -> ModelQuota {
-        ModelQuota { t: period_ns / count, limit }
+        ModelQuota {
+            t: period_ns / count,
+            limit,
+        }
     }
 }
 
@@ -41,7 +47,12 @@ pub fn secs(d: i128) -> i128 {
 
 /// One call on a funnel whose stored arrival time is `stored` (None when absent). Returns the
 /// five integers and the new stored arrival time.
-pub fn throttle(stored: Option<i128>, now: i128, q: ModelQuota, quantity: i128) -> ([i64; 5], Option<i128>) {
+pub fn throttle(
+    stored: Option<i128>,
+    now: i128,
+    q: ModelQuota,
+    quantity: i128,
+) -> ([i64; 5], Option<i128>) {
     let tat = match stored {
         Some(tat) if tat > now => tat,
         _ => now,
@@ -54,7 +65,15 @@ pub fn throttle(stored: Option<i128>, now: i128, q: ModelQuota, quantity: i128) 
         let retry = if inc > tau { -1 } else { secs(new - tau - now) };
         (retry, tat - now, stored.filter(|s| *s > now))
     } else {
-        (-1, new - now, if quantity == 0 { stored.filter(|s| *s > now) } else { Some(new) })
+        (
+            -1,
+            new - now,
+            if quantity == 0 {
+                stored.filter(|s| *s > now)
+            } else {
+                Some(new)
+            },
+        )
     };
     let next = tau - ttl;
     let remaining = if next <= 0 {
@@ -65,7 +84,10 @@ pub fn throttle(stored: Option<i128>, now: i128, q: ModelQuota, quantity: i128) 
         next / q.t
     };
     let reply = [i128::from(limited), q.limit, remaining, retry, secs(ttl)];
-    (reply.map(|x| i64::try_from(x).expect("model value fits i64")), after)
+    (
+        reply.map(|x| i64::try_from(x).expect("model value fits i64")),
+        after,
+    )
 }
 
 /// The keyed model: one arrival time per key, unbounded.

@@ -15,11 +15,14 @@
 //! * `contended`: the `allow` clock benches on 2 threads sharing the one funnel (aggregate
 //!   decisions per second; every decision is a CAS on one shared cache line).
 //!
+//! Every bench times its own loop (`iter_custom`), so that `FUNNEL_BENCH_CLOCK=cpu` can switch
+//! all of them to per-thread CPU time on a busy machine (`common/workload.rs`).
+//!
 //! Run: `cargo bench --bench funnel` (smoke: `cargo bench --bench funnel -- --test`).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use funnel::{Funnel, Quota, Timestamp};
@@ -66,11 +69,11 @@ fn one_funnel(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota),
         assert!(f.check().is_allowed() && gov.check().is_ok());
     }
     g.bench_function("clock/funnel", |b| {
-        b.iter(|| f.check());
+        b.iter_custom(|iters| workload::time_loop(iters, || f.check()));
         assert_eq!(f.check().is_allowed(), allowing);
     });
     g.bench_function("clock/governor", |b| {
-        b.iter(|| gov.check());
+        b.iter_custom(|iters| workload::time_loop(iters, || gov.check()));
         assert_eq!(gov.check().is_ok(), allowing);
     });
 
@@ -88,11 +91,7 @@ fn one_funnel(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota),
             if allowing {
                 now = now.saturating_add(HOUR);
             }
-            let start = Instant::now();
-            for _ in 0..iters {
-                black_box(f.check_at(black_box(now)));
-            }
-            let elapsed = start.elapsed();
+            let elapsed = workload::time_loop(iters, || f.check_at(black_box(now)));
             assert_eq!(f.check_at(now).is_allowed(), allowing);
             elapsed
         });
@@ -102,11 +101,7 @@ fn one_funnel(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota),
             if allowing {
                 fake.advance(HOUR);
             }
-            let start = Instant::now();
-            for _ in 0..iters {
-                let _ = black_box(gov.check());
-            }
-            let elapsed = start.elapsed();
+            let elapsed = workload::time_loop(iters, || gov.check());
             assert_eq!(gov.check().is_ok(), allowing);
             elapsed
         });

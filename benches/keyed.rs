@@ -19,10 +19,11 @@
 //!   every funnel recovers between two requests and funnel's table reuses its slots: a weak
 //!   spot worth showing.
 //! * funnel's capacity: the default 65,536 keys for the hot key and 1,000 keys; 2^21 slots
-//!   (34 MB, the same memory governor's `u64` DashMap takes for 1M keys) at 1M keys. At 47.7%
-//!   load a few thousand of the 1M keys find both candidate buckets full and evict another
-//!   key; the counts are printed after each funnel run. `funnel-cap4M` (2^22 slots, 68 MB)
-//!   holds all but a few dozen.
+//!   (33.8 MB, about what governor's `u64` DashMap takes for the same 1M keys) at 1M keys.
+//!   2^20 slots would be 95% full, past the ~70% at which two-choice placement first finds
+//!   both candidate buckets full: measured with keys that never recover, 2^20 slots lose about
+//!   21,000 of the 1M keys to forced evictions, 2^21 lose none. The table's counters are
+//!   printed after each funnel run.
 //!
 //! Before the benches, each store's memory per key at 1M keys is measured in a fresh child
 //! process (this binary re-run with `FUNNEL_BENCH_MEM_PROBE` set): `VmRSS` growth from just
@@ -46,7 +47,8 @@ mod workload;
 use mutex_map::MutexMapLimiter;
 use workload::{Stream, StringStream, U64Stream};
 
-type Governor<K, S = std::hash::RandomState> = RateLimiter<K, DashMapStateStore<K, S>, governor::clock::QuantaClock>;
+type Governor<K, S = std::hash::RandomState> =
+    RateLimiter<K, DashMapStateStore<K, S>, governor::clock::QuantaClock>;
 
 /// Accesses per cycle of the random streams (32 MiB of `u64` keys at 1M keys).
 const STREAM_LEN: usize = 1 << 22;
@@ -74,6 +76,16 @@ where
             });
         });
     }
+}
+
+/// Units charged to each key when it is inserted before timing: an hour of debt under the
+/// keyed quota, so no funnel recovers (and frees its slot) while a slow setup is still running
+/// or between benches. governor gets the same; the mutex map (unit requests only) gets one
+/// unit, which changes nothing for a store that never forgets a key.
+const PREFILL_UNITS: u64 = 3600;
+
+fn prefill_units() -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(PREFILL_UNITS as u32).expect("non-zero")
 }
 
 /// Inserts every distinct key once.
@@ -109,29 +121,34 @@ fn u64_group(c: &mut Criterion, label: &str, distinct: usize, recovering: bool) 
     let mut g = c.benchmark_group(format!("keyed/u64/{label}"));
     workload::configure(&mut g);
     let (fq, gq) = if recovering {
-        let g = governor::Quota::per_second(std::num::NonZeroU32::new(1_000_000_000).expect("non-zero"));
+        let g = governor::Quota::per_second(
+            std::num::NonZeroU32::new(1_000_000_000).expect("non-zero"),
+        );
         (workload::funnel_recovering_quota(), g)
     } else {
-        (workload::funnel_keyed_quota(), workload::governor_keyed_quota())
+        (
+            workload::funnel_keyed_quota(),
+            workload::governor_keyed_quota(),
+        )
     };
-    let mut capacities = vec![("funnel", funnel_capacity(distinct))];
-    if distinct >= MILLION && !recovering {
-        capacities.push(("funnel-cap4M", 1 << 22));
-    }
-    for (name, capacity) in capacities {
-        let l = Limiter::<u64>::builder(fq).capacity(capacity).build().expect("table");
-        prefill(keys.iter(), |k| l.check(k));
-        run(&mut g, name, &stream, |k| l.check(k));
-        report_funnel(&format!("u64/{label}/{name}"), &l);
+    {
+        let l = Limiter::<u64>::builder(fq)
+            .capacity(funnel_capacity(distinct))
+            .build()
+            .expect("table");
+        prefill(keys.iter(), |k| l.check_n(k, PREFILL_UNITS));
+        run(&mut g, "funnel", &stream, |k| l.check(k));
+        report_funnel(&format!("u64/{label}/funnel"), &l);
     }
     {
         let l: Governor<u64> = RateLimiter::keyed(gq);
-        prefill(keys.iter(), |k| l.check_key(k));
+        prefill(keys.iter(), |k| l.check_key_n(k, prefill_units()));
         run(&mut g, "governor", &stream, |k| l.check_key(k));
     }
     {
-        let l: Governor<u64, ahash::RandomState> = RateLimiter::dashmap_with_hasher(gq, ahash::RandomState::new());
-        prefill(keys.iter(), |k| l.check_key(k));
+        let l: Governor<u64, ahash::RandomState> =
+            RateLimiter::dashmap_with_hasher(gq, ahash::RandomState::new());
+        prefill(keys.iter(), |k| l.check_key_n(k, prefill_units()));
         run(&mut g, "governor-ahash", &stream, |k| l.check_key(k));
     }
     if !recovering {
@@ -139,7 +156,9 @@ fn u64_group(c: &mut Criterion, label: &str, distinct: usize, recovering: bool) 
         let l = MutexMapLimiter::<u64, ahash::RandomState>::new(cap, t);
         let clock = QuantaClock::new();
         prefill(keys.iter(), |k| l.check(k, clock.now().as_nanos()));
-        run(&mut g, "mutex-map", &stream, |k| l.check(k, clock.now().as_nanos()));
+        run(&mut g, "mutex-map", &stream, |k| {
+            l.check(k, clock.now().as_nanos())
+        });
     }
     g.finish();
 }
@@ -149,21 +168,28 @@ fn string_group(c: &mut Criterion, label: &str, distinct: usize) {
     let keys = &stream.keys;
     let mut g = c.benchmark_group(format!("keyed/string/{label}"));
     workload::configure(&mut g);
-    let (fq, gq) = (workload::funnel_keyed_quota(), workload::governor_keyed_quota());
+    let (fq, gq) = (
+        workload::funnel_keyed_quota(),
+        workload::governor_keyed_quota(),
+    );
     {
-        let l = Limiter::<str>::builder(fq).capacity(funnel_capacity(distinct)).build().expect("table");
-        prefill(keys.iter(), |k: &String| l.check(k));
+        let l = Limiter::<str>::builder(fq)
+            .capacity(funnel_capacity(distinct))
+            .build()
+            .expect("table");
+        prefill(keys.iter(), |k: &String| l.check_n(k, PREFILL_UNITS));
         run(&mut g, "funnel", &stream, |k: &String| l.check(k));
         report_funnel(&format!("string/{label}/funnel"), &l);
     }
     {
         let l: Governor<String> = RateLimiter::keyed(gq);
-        prefill(keys.iter(), |k| l.check_key(k));
+        prefill(keys.iter(), |k| l.check_key_n(k, prefill_units()));
         run(&mut g, "governor", &stream, |k| l.check_key(k));
     }
     {
-        let l: Governor<String, ahash::RandomState> = RateLimiter::dashmap_with_hasher(gq, ahash::RandomState::new());
-        prefill(keys.iter(), |k| l.check_key(k));
+        let l: Governor<String, ahash::RandomState> =
+            RateLimiter::dashmap_with_hasher(gq, ahash::RandomState::new());
+        prefill(keys.iter(), |k| l.check_key_n(k, prefill_units()));
         run(&mut g, "governor-ahash", &stream, |k| l.check_key(k));
     }
     {
@@ -171,7 +197,9 @@ fn string_group(c: &mut Criterion, label: &str, distinct: usize) {
         let l = MutexMapLimiter::<String, ahash::RandomState>::new(cap, t);
         let clock = QuantaClock::new();
         prefill(keys.iter(), |k| l.check(k, clock.now().as_nanos()));
-        run(&mut g, "mutex-map", &stream, |k| l.check(k, clock.now().as_nanos()));
+        run(&mut g, "mutex-map", &stream, |k| {
+            l.check(k, clock.now().as_nanos())
+        });
     }
     g.finish();
 }
@@ -192,11 +220,24 @@ fn benches(c: &mut Criterion) {
 
 const PROBE_ENV: &str = "FUNNEL_BENCH_MEM_PROBE";
 const PROBE_KEYS_ENV: &str = "FUNNEL_BENCH_MEM_KEYS";
-const PROBES: [&str; 7] =
-    ["funnel-u64", "funnel-str", "governor-u64", "governor-ahash-u64", "governor-string", "mutex-map-u64", "mutex-map-string"];
+const PROBES: [&str; 7] = [
+    "funnel-u64",
+    "funnel-str",
+    "governor-u64",
+    "governor-ahash-u64",
+    "governor-string",
+    "mutex-map-u64",
+    "mutex-map-string",
+];
 
 /// Inserts `keys` into the store built by `build`, and prints the resident-memory growth.
-fn probe<K: ?Sized, L>(what: &str, keys: &[&K], build: impl FnOnce() -> L, insert: impl Fn(&L, &K), note: impl Fn(&L) -> String) {
+fn probe<K: ?Sized, L>(
+    what: &str,
+    keys: &[&K],
+    build: impl FnOnce() -> L,
+    insert: impl Fn(&L, &K),
+    note: impl Fn(&L) -> String,
+) {
     let (rss0, _) = workload::rss_bytes().expect("/proc/self/status");
     let store = build();
     for k in keys {
@@ -216,7 +257,11 @@ fn probe<K: ?Sized, L>(what: &str, keys: &[&K], build: impl FnOnce() -> L, inser
 }
 
 fn run_probe(kind: &str, n: usize) {
-    let capacity = if n >= MILLION { 1 << 21 } else { (2 * n).next_power_of_two() };
+    let capacity = if n >= MILLION {
+        1 << 21
+    } else {
+        (2 * n).next_power_of_two()
+    };
     let quota = workload::funnel_keyed_quota();
     let gq = workload::governor_keyed_quota();
     let (cap, t) = workload::mutex_map_keyed_quota();
@@ -239,9 +284,14 @@ fn run_probe(kind: &str, n: usize) {
         "funnel-u64" => probe(
             kind,
             &u64_refs,
-            || Limiter::<u64>::builder(quota).capacity(capacity).build().expect("table"),
+            || {
+                Limiter::<u64>::builder(quota)
+                    .capacity(capacity)
+                    .build()
+                    .expect("table")
+            },
             |l, k| {
-                l.check(k);
+                l.check_n(k, PREFILL_UNITS);
             },
             funnel_note,
         ),
@@ -250,9 +300,14 @@ fn run_probe(kind: &str, n: usize) {
             probe(
                 kind,
                 &refs,
-                || Limiter::<str>::builder(quota).capacity(capacity).build().expect("table"),
+                || {
+                    Limiter::<str>::builder(quota)
+                        .capacity(capacity)
+                        .build()
+                        .expect("table")
+                },
                 |l, k| {
-                    l.check(k);
+                    l.check_n(k, PREFILL_UNITS);
                 },
                 |l| {
                     format!(
@@ -264,15 +319,32 @@ fn run_probe(kind: &str, n: usize) {
                 },
             )
         }
-        "governor-u64" => probe(kind, &u64_refs, || Governor::<u64>::keyed(gq), |l, k| drop(l.check_key(k)), none),
+        "governor-u64" => probe(
+            kind,
+            &u64_refs,
+            || Governor::<u64>::keyed(gq),
+            |l, k| drop(l.check_key_n(k, prefill_units())),
+            none,
+        ),
         "governor-ahash-u64" => probe(
             kind,
             &u64_refs,
-            || Governor::<u64, ahash::RandomState>::dashmap_with_hasher(gq, ahash::RandomState::new()),
-            |l, k| drop(l.check_key(k)),
+            || {
+                Governor::<u64, ahash::RandomState>::dashmap_with_hasher(
+                    gq,
+                    ahash::RandomState::new(),
+                )
+            },
+            |l, k| drop(l.check_key_n(k, prefill_units())),
             none,
         ),
-        "governor-string" => probe(kind, &str_refs, || Governor::<String>::keyed(gq), |l, k| drop(l.check_key(k)), none),
+        "governor-string" => probe(
+            kind,
+            &str_refs,
+            || Governor::<String>::keyed(gq),
+            |l, k| drop(l.check_key_n(k, prefill_units())),
+            none,
+        ),
         "mutex-map-u64" => probe(
             kind,
             &u64_refs,
@@ -310,18 +382,29 @@ fn memory_report(n: usize) {
             .env(PROBE_KEYS_ENV, n.to_string())
             .output()
             .expect("spawn probe");
-        assert!(out.status.success(), "probe {kind} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "probe {kind} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         print!("{}", String::from_utf8_lossy(&out.stdout));
     }
 }
 
 fn main() {
     if let Ok(kind) = std::env::var(PROBE_ENV) {
-        let n = std::env::var(PROBE_KEYS_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(MILLION);
+        let n = std::env::var(PROBE_KEYS_ENV)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(MILLION);
         run_probe(&kind, n);
         return;
     }
-    memory_report(if workload::quick_mode() { 10_000 } else { MILLION });
+    memory_report(if workload::quick_mode() {
+        10_000
+    } else {
+        MILLION
+    });
     let mut c = Criterion::default().configure_from_args();
     benches(&mut c);
     c.final_summary();

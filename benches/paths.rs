@@ -21,6 +21,9 @@
 //! * `clock`: the clock read alone: funnel's `QuantaClock::now`, governor's `QuantaClock::now`
 //!   (both quanta), and `std::time::Instant::now` for scale.
 //!
+//! Every bench times its own loop (`iter_custom`), so that `FUNNEL_BENCH_CLOCK=cpu` can switch
+//! all of them to per-thread CPU time on a busy machine (`common/workload.rs`).
+//!
 //! Run: `cargo bench --bench paths` (smoke: `cargo bench --bench paths -- --test`).
 
 use std::hint::black_box;
@@ -37,9 +40,10 @@ use governor::RateLimiter;
 #[path = "common/workload.rs"]
 mod workload;
 
-use workload::{Stream, U64Stream};
+use workload::{Stamp, Stream, U64Stream};
 
-type Governor<S = std::hash::RandomState> = RateLimiter<u64, DashMapStateStore<u64, S>, governor::clock::QuantaClock>;
+type Governor<S = std::hash::RandomState> =
+    RateLimiter<u64, DashMapStateStore<u64, S>, governor::clock::QuantaClock>;
 
 const PRESENT_KEYS: usize = 1_000;
 /// New keys per fresh store in `new-key`.
@@ -58,12 +62,16 @@ fn governor_ahash(q: governor::Quota) -> Governor<ahash::RandomState> {
 }
 
 fn governor_ahash_presized(q: governor::Quota) -> Governor<ahash::RandomState> {
-    let map = DashMapStateStore::with_capacity_and_hasher(NEW_KEYS_PER_STORE, ahash::RandomState::new());
+    let map =
+        DashMapStateStore::with_capacity_and_hasher(NEW_KEYS_PER_STORE, ahash::RandomState::new());
     RateLimiter::new(q, map, governor::clock::QuantaClock::default())
 }
 
 fn per_hour() -> (Quota, governor::Quota) {
-    (Quota::per_hour(1).expect("valid"), governor::Quota::per_hour(NonZeroU32::new(1).expect("non-zero")))
+    (
+        Quota::per_hour(1).expect("valid"),
+        governor::Quota::per_hour(NonZeroU32::new(1).expect("non-zero")),
+    )
 }
 
 /// `hit` and `deny`: decisions on present keys; `allowing` says which outcome they must have.
@@ -83,23 +91,29 @@ fn present(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota), al
     }
     let mut i = 0usize;
     g.bench_function("funnel", |b| {
-        b.iter(|| {
-            i += 1;
-            l.check(stream.key(i))
+        b.iter_custom(|iters| {
+            workload::time_loop(iters, || {
+                i += 1;
+                l.check(stream.key(i))
+            })
         });
         assert_eq!(l.check(stream.key(i)).is_allowed(), allowing);
     });
     g.bench_function("governor", |b| {
-        b.iter(|| {
-            i += 1;
-            gov.check_key(stream.key(i))
+        b.iter_custom(|iters| {
+            workload::time_loop(iters, || {
+                i += 1;
+                gov.check_key(stream.key(i))
+            })
         });
         assert_eq!(gov.check_key(stream.key(i)).is_ok(), allowing);
     });
     g.bench_function("governor-ahash", |b| {
-        b.iter(|| {
-            i += 1;
-            gov_ahash.check_key(stream.key(i))
+        b.iter_custom(|iters| {
+            workload::time_loop(iters, || {
+                i += 1;
+                gov_ahash.check_key(stream.key(i))
+            })
         });
         assert_eq!(gov_ahash.check_key(stream.key(i)).is_ok(), allowing);
     });
@@ -120,7 +134,14 @@ struct Fresh<L> {
 impl<L> Fresh<L> {
     fn new(build: impl Fn() -> L + 'static, per_store: usize) -> Self {
         let store = build();
-        Fresh { build: Box::new(build), store, used: 0, per_store, next_key: 0, keys: Vec::new() }
+        Fresh {
+            build: Box::new(build),
+            store,
+            used: 0,
+            per_store,
+            next_key: 0,
+            keys: Vec::new(),
+        }
     }
 
     /// Times `insert` of `iters` never-seen keys.
@@ -135,13 +156,14 @@ impl<L> Fresh<L> {
             let n = left.min(self.per_store - self.used);
             // `mix` is a bijection, so a counter never repeats a key, across stores too.
             self.keys.clear();
-            self.keys.extend((self.next_key..self.next_key + n as u64).map(workload::mix));
+            self.keys
+                .extend((self.next_key..self.next_key + n as u64).map(workload::mix));
             self.next_key += n as u64;
-            let start = Instant::now();
+            let start = Stamp::now();
             for k in &self.keys {
                 black_box(insert(&self.store, k));
             }
-            total += start.elapsed();
+            total += start.until(Stamp::now());
             self.used += n;
             left -= n;
         }
@@ -149,26 +171,45 @@ impl<L> Fresh<L> {
     }
 }
 
-fn governor_inserts(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, gq: governor::Quota) {
+fn governor_inserts(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    gq: governor::Quota,
+) {
     let mut gov = Fresh::new(move || governor_default(gq), NEW_KEYS_PER_STORE);
-    g.bench_function("governor-insert", |b| b.iter_custom(|iters| gov.time(iters, |l, k| l.check_key(k))));
+    g.bench_function("governor-insert", |b| {
+        b.iter_custom(|iters| gov.time(iters, |l, k| l.check_key(k)))
+    });
     let mut gov = Fresh::new(move || governor_ahash(gq), NEW_KEYS_PER_STORE);
-    g.bench_function("governor-ahash-insert", |b| b.iter_custom(|iters| gov.time(iters, |l, k| l.check_key(k))));
+    g.bench_function("governor-ahash-insert", |b| {
+        b.iter_custom(|iters| gov.time(iters, |l, k| l.check_key(k)))
+    });
 }
 
 fn new_key(c: &mut Criterion) {
-    let (fq, gq) = (workload::funnel_keyed_quota(), workload::governor_keyed_quota());
+    let (fq, gq) = (
+        workload::funnel_keyed_quota(),
+        workload::governor_keyed_quota(),
+    );
     let mut g = c.benchmark_group("paths/new-key");
     workload::configure(&mut g);
     g.throughput(Throughput::Elements(1));
     let mut f = Fresh::new(
-        move || Limiter::<u64>::builder(fq).capacity(NEW_KEY_CAPACITY).build().expect("table"),
+        move || {
+            Limiter::<u64>::builder(fq)
+                .capacity(NEW_KEY_CAPACITY)
+                .build()
+                .expect("table")
+        },
         NEW_KEYS_PER_STORE,
     );
     g.bench_function("funnel", |b| {
         b.iter_custom(|iters| f.time(iters, |l, k| l.check(k)));
         let s = f.store.stats();
-        assert_eq!(s.forced_evictions + s.recovered_evictions, 0, "new-key must not evict");
+        assert_eq!(
+            s.forced_evictions + s.recovered_evictions,
+            0,
+            "new-key must not evict"
+        );
     });
     governor_inserts(&mut g, gq);
     let mut gov = Fresh::new(move || governor_ahash_presized(gq), NEW_KEYS_PER_STORE);
@@ -183,7 +224,10 @@ fn evict(c: &mut Criterion) {
     let mut g = c.benchmark_group("paths/evict");
     workload::configure(&mut g);
     g.throughput(Throughput::Elements(1));
-    let l = Limiter::<u64>::builder(fq).capacity(EVICT_CAPACITY).build().expect("table");
+    let l = Limiter::<u64>::builder(fq)
+        .capacity(EVICT_CAPACITY)
+        .build()
+        .expect("table");
     // Fill every slot: keys that find both candidate buckets full already evict, so keep
     // adding until the last empty slot is taken.
     let mut next = u64::MAX / 2; // far from the keys `Fresh` will hand out
@@ -198,11 +242,11 @@ fn evict(c: &mut Criterion) {
             requests += iters;
             let keys: Vec<u64> = (next..next + iters).map(workload::mix).collect();
             next += iters;
-            let start = Instant::now();
+            let start = Stamp::now();
             for k in &keys {
                 black_box(l.check(k));
             }
-            start.elapsed()
+            start.until(Stamp::now())
         })
     });
     let after = l.stats();
@@ -230,16 +274,20 @@ fn time(c: &mut Criterion) {
     }
     let mut i = 0usize;
     g.bench_function("funnel-check-clock-read", |b| {
-        b.iter(|| {
-            i += 1;
-            l.check(stream.key(i))
+        b.iter_custom(|iters| {
+            workload::time_loop(iters, || {
+                i += 1;
+                l.check(stream.key(i))
+            })
         })
     });
     g.bench_function("funnel-check_at-caller-time", |b| {
         let now = l.now();
-        b.iter(|| {
-            i += 1;
-            l.check_at(stream.key(i), black_box(now))
+        b.iter_custom(|iters| {
+            workload::time_loop(iters, || {
+                i += 1;
+                l.check_at(stream.key(i), black_box(now))
+            })
         })
     });
     g.finish();
@@ -250,15 +298,29 @@ fn clock(c: &mut Criterion) {
     workload::configure(&mut g);
     g.throughput(Throughput::Elements(1));
     let f = QuantaClock::new();
-    g.bench_function("funnel-QuantaClock", |b| b.iter(|| f.now()));
+    g.bench_function("funnel-QuantaClock", |b| {
+        b.iter_custom(|iters| workload::time_loop(iters, || f.now()))
+    });
     let gc = governor::clock::QuantaClock::default();
-    g.bench_function("governor-QuantaClock", |b| b.iter(|| gc.now()));
-    g.bench_function("std-Instant", |b| b.iter(Instant::now));
+    g.bench_function("governor-QuantaClock", |b| {
+        b.iter_custom(|iters| workload::time_loop(iters, || gc.now()))
+    });
+    g.bench_function("std-Instant", |b| {
+        b.iter_custom(|iters| workload::time_loop(iters, Instant::now))
+    });
     g.finish();
 }
 
 fn benches(c: &mut Criterion) {
-    present(c, "hit", (workload::funnel_keyed_quota(), workload::governor_keyed_quota()), true);
+    present(
+        c,
+        "hit",
+        (
+            workload::funnel_keyed_quota(),
+            workload::governor_keyed_quota(),
+        ),
+        true,
+    );
     present(c, "deny", per_hour(), false);
     new_key(c);
     evict(c);

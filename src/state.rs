@@ -47,7 +47,7 @@ pub(crate) enum SlotState {
     Reserved,
     /// Bound to the key in the slot's key word.
     Live {
-        /// Binding generation, `1..=3`; changes on every rebind and reset.
+        /// Binding generation, `1..=3`; changes on every rebind (not on a reset).
         gen: u64,
         /// The funnel's theoretical arrival time, ns since the clock's origin.
         tat: u64,

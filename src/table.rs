@@ -290,10 +290,12 @@ impl Table {
             let Some((slot, word)) = self.find(home) else {
                 return false;
             };
-            let fresh = state::live(state::next_gen(state::gen_of(word)), 0);
-            // Relaxed/Relaxed: the key word is unchanged, so nothing new is published; a
-            // failure means the word moved and we look again. The new generation makes any
-            // updater that loaded `word` fail its CAS instead of writing a stale TAT.
+            // The binding (and so its generation) stays: an updater that loaded `word` fails its
+            // CAS on the TAT alone, and if the TAT climbs back to the very same value the word is
+            // this key's true state again, so a late CAS from it is right. Keeping the generation
+            // means resets never help another binding's word come back (docs/DESIGN.md, ABA).
+            let fresh = state::live(state::gen_of(word), 0);
+            // Release on success: as an update; Relaxed on failure: we look the key up again.
             if slot
                 .state
                 .compare_exchange(word, fresh, Ordering::Release, Ordering::Relaxed)

@@ -17,8 +17,9 @@
 //! Each ordering and each step of the protocol is pinned by at least one model: weakening any
 //! of the Acquire/Release accesses in `table.rs` to Relaxed, dropping the creation lock, the
 //! locked rescan, the RESERVED state, either key re-check, the denial's re-load or the rebind's
-//! generation bump makes at least one model fail, at a preemption bound of 2 already. (The
-//! generation bump of `reset` is the one step no model needs; see the two ignored models.)
+//! generation bump makes at least one model fail, at a preemption bound of 2 already. (A reset
+//! keeps the generation; `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins
+//! why that is right. The one ignored model reproduces the known forced-eviction ABA residual.)
 
 use std::time::Duration;
 
@@ -514,13 +515,11 @@ fn a_stale_update_cas_cannot_land_after_three_forced_rebinds() {
     });
 }
 
-/// Known residual, without forced evictions: a reset writes TAT 0 with the next generation, so
-/// one recovered rebind and two resets of the new key restore the exact word an updater of the
-/// old key loaded. Fails today; kept as the reproducer. It passes if `reset` keeps the slot's
-/// generation, which it does not need to change: an updater holding the pre-reset word fails
-/// its CAS on the TAT alone, and one holding a TAT of 0 decided on exactly the reset state.
+/// A reset that bumped the generation would let one recovered rebind and two resets of the new
+/// key restore the exact word an updater of the old key loaded. A reset keeps the generation
+/// instead: an updater holding the pre-reset word fails its CAS on the TAT alone, and one
+/// holding a TAT of 0 decided on exactly the reset state.
 #[test]
-#[ignore = "fails today: generation ABA after a rebind and two resets (DESIGN.md, ABA)"]
 fn a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets() {
     model(|| {
         let table = table(1);

@@ -15,7 +15,8 @@
 //! * `contended`: the `allow` clock benches on 2 threads sharing the one funnel (aggregate
 //!   decisions per second; every decision is a CAS on one shared cache line).
 //!
-//! Every bench times its own loop (`iter_custom`), so that `FUNNEL_BENCH_CLOCK=cpu` can switch
+//! Every bench keeps each decision's allowed/denied answer (`black_box` of a `bool`, the one
+//! thing every caller reads) and times its own loop (`iter_custom`), so that `FUNNEL_BENCH_CLOCK=cpu` can switch
 //! all of them to per-thread CPU time on a busy machine (`common/workload.rs`).
 //!
 //! Run: `cargo bench --bench funnel` (smoke: `cargo bench --bench funnel -- --test`).
@@ -69,11 +70,11 @@ fn one_funnel(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota),
         assert!(f.check().is_allowed() && gov.check().is_ok());
     }
     g.bench_function("clock/funnel", |b| {
-        b.iter_custom(|iters| workload::time_loop(iters, || f.check()));
+        b.iter_custom(|iters| workload::time_loop(iters, || f.check().is_allowed()));
         assert_eq!(f.check().is_allowed(), allowing);
     });
     g.bench_function("clock/governor", |b| {
-        b.iter_custom(|iters| workload::time_loop(iters, || gov.check()));
+        b.iter_custom(|iters| workload::time_loop(iters, || gov.check().is_ok()));
         assert_eq!(gov.check().is_ok(), allowing);
     });
 
@@ -91,7 +92,7 @@ fn one_funnel(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota),
             if allowing {
                 now = now.saturating_add(HOUR);
             }
-            let elapsed = workload::time_loop(iters, || f.check_at(black_box(now)));
+            let elapsed = workload::time_loop(iters, || f.check_at(black_box(now)).is_allowed());
             assert_eq!(f.check_at(now).is_allowed(), allowing);
             elapsed
         });
@@ -101,7 +102,7 @@ fn one_funnel(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota),
             if allowing {
                 fake.advance(HOUR);
             }
-            let elapsed = workload::time_loop(iters, || gov.check());
+            let elapsed = workload::time_loop(iters, || gov.check().is_ok());
             assert_eq!(gov.check().is_ok(), allowing);
             elapsed
         });
@@ -117,12 +118,16 @@ fn contended(c: &mut Criterion) {
         g.throughput(Throughput::Elements(threads as u64));
         let f = Funnel::new(fq);
         g.bench_function(format!("funnel/{threads}t"), |b| {
-            b.iter_custom(|iters| workload::run_threads(threads, iters, |_, _| f.check()));
+            b.iter_custom(|iters| {
+                workload::run_threads(threads, iters, |_, _| f.check().is_allowed())
+            });
             assert!(f.check().is_allowed());
         });
         let gov = RateLimiter::direct(gq);
         g.bench_function(format!("governor/{threads}t"), |b| {
-            b.iter_custom(|iters| workload::run_threads(threads, iters, |_, _| gov.check()));
+            b.iter_custom(|iters| {
+                workload::run_threads(threads, iters, |_, _| gov.check().is_ok())
+            });
             assert!(gov.check().is_ok());
         });
     }

@@ -234,15 +234,18 @@ impl Table {
     ) -> Decision {
         // The hot path (the key is present) stays small enough to inline; everything else is
         // out of line.
-        if let Some((slot, word)) = self.find(home) {
-            if let Some(decision) = charge(slot, word, home.fp, now, quota, n) {
-                return decision;
-            }
-        }
-        self.decide_slow(home, now, quota, n, when_full)
+        let absent = match self.find(home) {
+            Some((slot, word)) => match charge(slot, word, home.fp, now, quota, n) {
+                Some(decision) => return decision,
+                None => false, // rebound under us; the key may be elsewhere now
+            },
+            None => true,
+        };
+        self.decide_slow(home, now, quota, n, when_full, absent)
     }
 
-    /// [`decide`](Self::decide) when the key was absent or its slot was rebound under us.
+    /// [`decide`](Self::decide) when the key was `absent` (just looked up) or its slot was
+    /// rebound under us.
     #[cold]
     #[inline(never)]
     fn decide_slow(
@@ -252,9 +255,12 @@ impl Table {
         quota: &Quota,
         n: u64,
         when_full: WhenFull,
+        mut absent: bool,
     ) -> Decision {
         loop {
-            if let Some((slot, word)) = self.find(home) {
+            let found = if absent { None } else { self.find(home) };
+            absent = false;
+            if let Some((slot, word)) = found {
                 match charge(slot, word, home.fp, now, quota, n) {
                     Some(decision) => return decision,
                     None => continue, // the slot was rebound under us: look again
@@ -496,7 +502,9 @@ impl Table {
 struct Scan<'a> {
     /// How many slots are EMPTY or recovered.
     free: usize,
-    /// The first of them, with the word it was seen holding.
+    /// The one to take, with the word it was seen holding: the first EMPTY slot if any (so a
+    /// recovered key keeps its slot while there is room, and need not be created again on its
+    /// next request), else the first recovered one.
     slot: Option<(&'a Slot, u64)>,
 }
 
@@ -507,8 +515,14 @@ fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<(&'a Slot, u64, u64
         // Relaxed: the creator's CAS validates whatever slot it picks.
         let word = slot.state.load(Ordering::Relaxed);
         match state::decode(word) {
-            SlotState::Empty => {}
-            SlotState::Live { tat, .. } if tat <= now => {}
+            SlotState::Empty => {
+                if !matches!(found.slot, Some((_, w)) if w == state::EMPTY) {
+                    found.slot = Some((slot, word));
+                }
+            }
+            SlotState::Live { tat, .. } if tat <= now => {
+                found.slot.get_or_insert((slot, word));
+            }
             SlotState::Live { tat, .. } => {
                 if least.is_none_or(|(_, _, min)| tat < min) {
                     *least = Some((slot, word, tat));
@@ -518,7 +532,6 @@ fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<(&'a Slot, u64, u64
             SlotState::Reserved => continue,
         }
         found.free += 1;
-        found.slot.get_or_insert((slot, word));
     }
     found
 }

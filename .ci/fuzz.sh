@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of funnel's fuzz targets (fuzz/), for a bounded time each.
+#
+# Optional: cargo-fuzz needs a nightly toolchain. Without one this prints why it skipped and
+# exits 0; the same fuzz bodies still run on stable over the committed corpus and regression
+# inputs in `cargo test` (tests/fuzz_replay.rs).
+#
+#   FUZZ_SECONDS   seconds per target (default 60)
+#   FUZZ_TARGETS   space-separated targets (default: all, from `cargo fuzz list`)
+#
+# New corpus entries go to fuzz/target/ci-corpus/<target> (ignored), so a run never dirties the
+# committed seed corpus fuzz/corpus/<target>. A crash fails the run and leaves its input in
+# fuzz/artifacts/<target>/; minimise it with `cargo +nightly fuzz tmin <target> <file>` and keep
+# it in tests/fuzz_regressions/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CARGO_FUZZ_VERSION=0.13.2
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+
+skip() {
+  printf 'fuzz: skipped: %s\n' "$*"
+  printf 'fuzz: the same fuzz bodies run on stable over the committed inputs in cargo test (tests/fuzz_replay.rs)\n'
+  exit 0
+}
+
+command -v rustup >/dev/null 2>&1 || skip "rustup is not installed, so no nightly toolchain can be selected"
+toolchains="$(rustup toolchain list)"
+grep -q nightly <<<"$toolchains" || skip "no nightly toolchain (cargo-fuzz needs nightly for -Zsanitizer); install one with 'rustup toolchain install nightly'"
+
+installed="$(cargo +nightly fuzz --version 2>/dev/null || true)"
+if ! grep -qF "$CARGO_FUZZ_VERSION" <<<"$installed"; then
+  echo "fuzz: installing cargo-fuzz $CARGO_FUZZ_VERSION"
+  cargo +nightly install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked ||
+    skip "cargo-fuzz $CARGO_FUZZ_VERSION could not be installed from crates.io"
+fi
+cargo +nightly fuzz --version
+
+cd fuzz
+targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}"
+cargo +nightly fuzz build
+for target in $targets; do
+  work="target/ci-corpus/$target"
+  mkdir -p "$work" "corpus/$target"
+  echo "fuzz: $target for ${FUZZ_SECONDS}s"
+  if ! cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
+    -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1; then
+    echo "fuzz: $target FAILED; the input is in fuzz/artifacts/$target/" >&2
+    ls -l "artifacts/$target" >&2 || true
+    exit 1
+  fi
+done
+echo "fuzz: all targets ran ${FUZZ_SECONDS}s without a failure"

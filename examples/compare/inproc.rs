@@ -1,0 +1,427 @@
+//! Workloads 1–5 and the key-space sweep, for every in-process competitor.
+
+use governor::RateLimiter;
+
+use crate::keys::{request_arrays, Dist, Key};
+use crate::limiters::{
+    fake_clock, funnel_manual, funnel_real, mutex_manual, mutex_real, ClockPolicy, GovKeyed, Limit,
+    QuotaKind,
+};
+use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
+use crate::runner::{best_of, prefill, timed};
+use crate::Ctx;
+
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// `hot-1`, `hot-1k`, `zipf-1M`, `uniform-10M`, `churn`, `uniform-10k` ...
+    pub name: String,
+    /// W1..W5, or "sweep".
+    pub role: &'static str,
+    pub dist: Dist,
+    /// Distinct keys (0 for churn: unbounded).
+    pub key_space: u64,
+    /// funnel's requested capacity (keys).
+    pub capacity: usize,
+    pub section: Section,
+    /// Every key gets one request before timing (not for churn).
+    pub prefill: bool,
+    /// Keys per thread in the request array.
+    pub array_len: usize,
+    pub string_keys: bool,
+}
+
+/// funnel's capacity for a key space of `n`: the next power of two at or above 1.5 n (at least
+/// 1,024), so the table is at most two-thirds full when every key is present.
+pub fn capacity_for(n: u64) -> usize {
+    ((n as usize).saturating_mul(3) / 2)
+        .next_power_of_two()
+        .max(1024)
+}
+
+/// funnel's table in the churn workload: the default capacity, 65,536 keys in 1 MiB.
+pub const CHURN_CAPACITY: usize = funnel::DEFAULT_CAPACITY;
+
+pub fn workloads(quick: bool) -> Vec<Workload> {
+    let scale = if quick { 10 } else { 1 };
+    let len = if quick { 1 << 18 } else { 1 << 22 };
+    let churn_len = if quick { 1 << 20 } else { 1 << 23 };
+    let zipf_n = 1_000_000 / scale;
+    let uni_n = 10_000_000 / scale;
+    let w = |name: String, role, dist, key_space: u64, section| Workload {
+        name,
+        role,
+        dist,
+        key_space,
+        capacity: capacity_for(key_space),
+        section,
+        prefill: true,
+        array_len: len,
+        string_keys: section == Section::InProc,
+    };
+    let mut list = vec![
+        w("hot-1".into(), "W1", Dist::Hot, 1, Section::InProc),
+        w(
+            "hot-1k".into(),
+            "W2",
+            Dist::Uniform(1000),
+            1000,
+            Section::InProc,
+        ),
+        w(
+            format!("zipf-{}", fmt_count_short(zipf_n)),
+            "W3",
+            Dist::Zipf { n: zipf_n, s: 0.99 },
+            zipf_n,
+            Section::InProc,
+        ),
+        w(
+            format!("uniform-{}", fmt_count_short(uni_n)),
+            "W4",
+            Dist::Uniform(uni_n),
+            uni_n,
+            Section::InProc,
+        ),
+        Workload {
+            name: "churn".into(),
+            role: "W5",
+            dist: Dist::Churn,
+            key_space: 0,
+            capacity: CHURN_CAPACITY,
+            section: Section::InProc,
+            prefill: false,
+            array_len: churn_len,
+            string_keys: true,
+        },
+    ];
+    if !quick {
+        for n in [10_000u64, 100_000, 1_000_000] {
+            list.push(w(
+                format!("uniform-{}", fmt_count_short(n)),
+                "sweep",
+                Dist::Uniform(n),
+                n,
+                Section::Sweep,
+            ));
+        }
+    }
+    list
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comp {
+    Funnel,
+    GovDirect,
+    GovKeyed,
+    GovKeyedAhash,
+    MutexMap,
+}
+
+impl Comp {
+    pub fn label(self) -> &'static str {
+        match self {
+            Comp::Funnel => "funnel",
+            Comp::GovDirect => "governor-direct",
+            Comp::GovKeyed => "governor-keyed",
+            Comp::GovKeyedAhash => "governor-keyed-ahash",
+            Comp::MutexMap => "mutex-map",
+        }
+    }
+
+    pub const IN_TABLE: [Comp; 5] = [
+        Comp::Funnel,
+        Comp::GovDirect,
+        Comp::GovKeyed,
+        Comp::GovKeyedAhash,
+        Comp::MutexMap,
+    ];
+}
+
+fn competitors(wl: &Workload, key_type: &str) -> Vec<Comp> {
+    let mut v = vec![Comp::Funnel];
+    if wl.role == "W1" && key_type == "u64" {
+        v.push(Comp::GovDirect);
+    }
+    v.extend([Comp::GovKeyed, Comp::GovKeyedAhash, Comp::MutexMap]);
+    v
+}
+
+/// Estimated seconds of the in-process part, for the progress bar.
+pub fn plan_weight(ctx_opts: &crate::cli::Options) -> f64 {
+    let o = ctx_opts;
+    let mut total = 0.0;
+    for wl in workloads(o.quick) {
+        if !wants(o, &wl) {
+            continue;
+        }
+        for (is_string, on) in [(false, o.u64_keys), (true, o.string_keys && wl.string_keys)] {
+            if !on {
+                continue;
+            }
+            total += keygen_weight(&wl, is_string, o.max_threads());
+            for _quota in [QuotaKind::Allow, QuotaKind::Deny] {
+                for comp in competitors(&wl, if is_string { "String" } else { "u64" }) {
+                    total += prefill_weight(&wl, comp, is_string, o.max_threads());
+                    total += (o.threads.len() * o.runs) as f64 * o.duration.as_secs_f64();
+                }
+            }
+        }
+    }
+    total
+}
+
+pub fn wants(o: &crate::cli::Options, wl: &Workload) -> bool {
+    if wl.section == Section::Sweep {
+        o.wants("sweep")
+    } else {
+        o.wants(&wl.name) || o.wants(wl.role)
+    }
+}
+
+fn keygen_weight(wl: &Workload, is_string: bool, threads: usize) -> f64 {
+    let per = match (&wl.dist, is_string) {
+        (_, true) => 60e-9,
+        (Dist::Zipf { .. }, false) => 30e-9,
+        _ => 3e-9,
+    };
+    // Threads generate in parallel, but the machine has few cores.
+    per * (wl.array_len * threads) as f64 / 1.5
+}
+
+fn prefill_weight(wl: &Workload, comp: Comp, is_string: bool, threads: usize) -> f64 {
+    if !wl.prefill {
+        return 0.0;
+    }
+    let per_key = match (comp, is_string) {
+        (Comp::GovDirect, _) => 0.0,
+        (Comp::Funnel, false) => 150e-9,
+        (Comp::Funnel, true) => 300e-9,
+        (Comp::GovKeyed | Comp::GovKeyedAhash, false) => 350e-9,
+        (Comp::GovKeyed | Comp::GovKeyedAhash, true) => 900e-9,
+        (Comp::MutexMap, false) => 250e-9,
+        (Comp::MutexMap, true) => 500e-9,
+    };
+    per_key * wl.key_space as f64 / (threads.min(2) as f64).max(1.0) + 0.05
+}
+
+pub fn run(ctx: &mut Ctx) -> Result<(), String> {
+    let o = ctx.opts.clone();
+    for wl in workloads(o.quick) {
+        if !wants(&o, &wl) {
+            continue;
+        }
+        if o.u64_keys {
+            run_workload::<u64>(ctx, &wl)?;
+        }
+        if o.string_keys && wl.string_keys {
+            run_workload::<String>(ctx, &wl)?;
+        }
+    }
+    Ok(())
+}
+
+fn run_workload<K: Key>(ctx: &mut Ctx, wl: &Workload) -> Result<(), String> {
+    let threads = ctx.opts.max_threads();
+    ctx.progress
+        .begin(format!("{} {}: generating keys", wl.name, K::NAME));
+    let arrays = request_arrays::<K>(&wl.dist, threads, wl.array_len, 0xF00D + wl.key_space);
+    ctx.progress
+        .advance(keygen_weight(wl, K::NAME == "String", threads));
+    for quota in [QuotaKind::Allow, QuotaKind::Deny] {
+        for comp in competitors(wl, K::NAME) {
+            bench::<K>(ctx, wl, quota, comp, &arrays)?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the competitor for the clock policy and measures it.
+fn bench<K: Key>(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    quota: QuotaKind,
+    comp: Comp,
+    arrays: &[Vec<K>],
+) -> Result<(), String> {
+    let (fq, gq) = (quota.funnel(), quota.governor());
+    let cap = wl.capacity;
+    let m = Measure {
+        wl,
+        quota,
+        comp,
+        arrays,
+    };
+    match (comp, ctx.opts.clock) {
+        (Comp::Funnel, ClockPolicy::Real) => m.run(ctx, || funnel_real::<K>(fq, cap)),
+        (Comp::Funnel, ClockPolicy::Manual) => m.run(ctx, || funnel_manual::<K>(fq, cap)),
+        (Comp::GovDirect, ClockPolicy::Real) => m.run(ctx, || Ok(RateLimiter::direct(gq))),
+        (Comp::GovDirect, ClockPolicy::Manual) => {
+            m.run(ctx, || Ok(RateLimiter::direct_with_clock(gq, fake_clock())))
+        }
+        (Comp::GovKeyed, ClockPolicy::Real) => m.run(ctx, || Ok(RateLimiter::<K, _, _>::keyed(gq))),
+        (Comp::GovKeyed, ClockPolicy::Manual) => m.run(ctx, || {
+            let l: GovKeyed<K, std::hash::RandomState, _> =
+                RateLimiter::dashmap_with_clock(gq, fake_clock());
+            Ok(l)
+        }),
+        (Comp::GovKeyedAhash, ClockPolicy::Real) => m.run(ctx, || {
+            Ok(RateLimiter::<K, _, _>::dashmap_with_hasher(
+                gq,
+                ahash::RandomState::new(),
+            ))
+        }),
+        (Comp::GovKeyedAhash, ClockPolicy::Manual) => m.run(ctx, || {
+            let l: GovKeyed<K, ahash::RandomState, _> = RateLimiter::dashmap_with_clock_and_hasher(
+                gq,
+                fake_clock(),
+                ahash::RandomState::new(),
+            );
+            Ok(l)
+        }),
+        (Comp::MutexMap, ClockPolicy::Real) => m.run(ctx, || Ok(mutex_real::<K>(quota))),
+        (Comp::MutexMap, ClockPolicy::Manual) => m.run(ctx, || Ok(mutex_manual::<K>(quota))),
+    }
+}
+
+struct Measure<'a, K> {
+    wl: &'a Workload,
+    quota: QuotaKind,
+    comp: Comp,
+    arrays: &'a [Vec<K>],
+}
+
+impl<K: Key> Measure<'_, K> {
+    fn run<L: Limit<K>>(
+        &self,
+        ctx: &mut Ctx,
+        make: impl Fn() -> Result<L, String>,
+    ) -> Result<(), String> {
+        let Measure {
+            wl,
+            quota,
+            comp,
+            arrays,
+        } = *self;
+        let o = ctx.opts.clone();
+        let is_string = K::NAME == "String";
+        let what = format!("{} {} {} {}", wl.name, K::NAME, quota.label(), comp.label());
+        let mut lim = make()?;
+        let state = |lim: &L| {
+            lim.funnel_stats().map(|(held, s)| TableState {
+                slots: lim.slots().unwrap_or(0),
+                held,
+                forced: s.forced_evictions,
+                recovered: s.recovered_evictions,
+            })
+        };
+        let mut prefill_time = None;
+        let mut table_prefill = None;
+        if wl.prefill && comp != Comp::GovDirect {
+            ctx.progress
+                .begin(format!("{what}: prefill {} keys", fmt_int(wl.key_space)));
+            let started = std::time::Instant::now();
+            prefill(&lim, wl.key_space, o.max_threads(), K::from_id);
+            prefill_time = Some((started.elapsed().as_secs_f64(), o.max_threads()));
+            table_prefill = state(&lim);
+        }
+        ctx.progress
+            .advance(prefill_weight(wl, comp, is_string, o.max_threads()));
+        let first_row = ctx.rows.len();
+        for &threads in &o.threads {
+            let mut runs = Vec::with_capacity(o.runs);
+            let mut table_end = None;
+            let mut held_end = None;
+            for r in 0..o.runs {
+                ctx.progress
+                    .begin(format!("{what} {threads}t run {}/{}", r + 1, o.runs));
+                let mut failed = None;
+                let (run, repeated) = best_of(o.retries, o.min_cpu, || {
+                    if !wl.prefill {
+                        // Churn: every run starts from an empty limiter and new keys.
+                        match make() {
+                            Ok(fresh) => drop(std::mem::replace(&mut lim, fresh)),
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                    timed(&lim, arrays, threads, o.duration, wl.prefill)
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                ctx.repeated += repeated;
+                ctx.kept += 1;
+                runs.push(run);
+                ctx.progress.advance(o.duration.as_secs_f64());
+                if !wl.prefill {
+                    table_end = state(&lim);
+                    held_end = lim.keys_held();
+                }
+            }
+            if runs.iter().any(|r| r.decisions == 0) {
+                return Err(format!("{what} {threads}t: a run made no decisions"));
+            }
+            let mut note = Vec::new();
+            if let Some((secs, t)) = prefill_time {
+                note.push(format!(
+                    "prefill of {} keys on {t} threads: {secs:.2} s",
+                    fmt_int(wl.key_space)
+                ));
+            }
+            if let Some(s) = table_prefill {
+                note.push(format!(
+                    "after prefill: {} keys held, {} forced evictions, {} recovered slots reused",
+                    fmt_int(s.held as u64),
+                    fmt_int(s.forced),
+                    fmt_int(s.recovered)
+                ));
+            }
+            if let (false, Some(s)) = (wl.prefill, table_end) {
+                note.push(format!(
+                    "last run: {} keys held at the end, {} forced evictions, {} recovered slots reused",
+                    fmt_int(s.held as u64),
+                    fmt_int(s.forced),
+                    fmt_int(s.recovered)
+                ));
+            }
+            if let (false, None, Some(h)) = (wl.prefill, table_end, held_end) {
+                note.push(format!(
+                    "unbounded: {} keys held at the end of the last run",
+                    fmt_int(h as u64)
+                ));
+            }
+            ctx.rows.push(Row {
+                section: wl.section,
+                workload: wl.name.clone(),
+                key_space: wl.key_space,
+                key_type: K::NAME,
+                quota: quota.label().to_string(),
+                threads,
+                pipeline: 1,
+                competitor: comp.label().to_string(),
+                clock: o.clock.label().to_string(),
+                capacity: if let Some(slots) = lim.slots() {
+                    fmt_int(slots as u64)
+                } else if comp == Comp::GovDirect {
+                    "1 state".into()
+                } else {
+                    "unbounded".into()
+                },
+                runs,
+                note: note.join("; "),
+                prefill: prefill_time,
+                table_prefill,
+                table_end,
+                held_end,
+            });
+        }
+        if wl.prefill {
+            // After all runs (the table the rows share).
+            let end = state(&lim);
+            for row in &mut ctx.rows[first_row..] {
+                row.table_end = end;
+            }
+        }
+        ctx.progress.begin(format!("{what}: freeing"));
+        drop(lim);
+        Ok(())
+    }
+}

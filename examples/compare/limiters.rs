@@ -1,0 +1,337 @@
+//! The in-process competitors behind two small traits, so one timed loop drives them all.
+//!
+//! * [`Limit`]: a decision on the limiter's own clock (the real-clock and manual-clock policies);
+//! * [`LimitAt`]: a decision at a time the caller supplies (the attack mix replays a trace with
+//!   timestamps): funnel's `check_at`, the Mutex<HashMap> funnel's `now_ns` argument, and for
+//!   governor, which has no such call, a governor `Clock` that reads the trace's time from a
+//!   thread-local the loop sets just before each call.
+
+use std::cell::Cell;
+use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use funnel::clock::{Clock as FunnelClock, ManualClock, QuantaClock};
+use funnel::{Limiter, Stats, Timestamp};
+use governor::clock::{Clock as GovClock, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::DashMapStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::RateLimiter;
+
+use crate::mutex_map::MutexMapLimiter;
+
+/// A limiter deciding one unit request for a key, now (its own clock).
+pub trait Limit<K>: Sync {
+    fn check(&self, key: &K) -> bool;
+    /// funnel's table counters and keys held; `None` for the others.
+    fn funnel_stats(&self) -> Option<(usize, Stats)> {
+        None
+    }
+    /// Keys the limiter holds, where it can tell.
+    fn keys_held(&self) -> Option<usize> {
+        None
+    }
+    /// funnel's table size in slots; `None` for the unbounded ones.
+    fn slots(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// A limiter deciding one unit request for a key at the caller's time (ns since the trace's
+/// origin).
+pub trait LimitAt<K>: Sync {
+    fn check_at(&self, key: &K, now_ns: u64) -> bool;
+    fn funnel_stats(&self) -> Option<(usize, Stats)> {
+        None
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// funnel
+
+impl<K: Hash + Sync + Send, C: FunnelClock> Limit<K> for Limiter<K, C> {
+    #[inline]
+    fn check(&self, key: &K) -> bool {
+        Limiter::check(self, key).is_allowed()
+    }
+    fn funnel_stats(&self) -> Option<(usize, Stats)> {
+        Some((self.len(), self.stats()))
+    }
+    fn keys_held(&self) -> Option<usize> {
+        Some(self.len())
+    }
+    fn slots(&self) -> Option<usize> {
+        Some(self.capacity())
+    }
+}
+
+impl<K: Hash + Sync + Send, C: FunnelClock> LimitAt<K> for Limiter<K, C> {
+    #[inline]
+    fn check_at(&self, key: &K, now_ns: u64) -> bool {
+        let now = Timestamp::from_nanos(now_ns).unwrap_or(Timestamp::MAX);
+        Limiter::check_at(self, key, now).is_allowed()
+    }
+    fn funnel_stats(&self) -> Option<(usize, Stats)> {
+        Some((self.len(), self.stats()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// governor
+
+/// governor keyed, DashMap store (governor's default keyed store) with hasher `S`, clock `C`.
+pub type GovKeyed<K, S, C> =
+    RateLimiter<K, DashMapStateStore<K, S>, C, NoOpMiddleware<<C as GovClock>::Instant>>;
+
+/// governor direct (one state, no key).
+pub type GovDirect<C> =
+    RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as GovClock>::Instant>>;
+
+impl<K, S, C> Limit<K> for GovKeyed<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    S: BuildHasher + Clone + Send + Sync,
+    C: GovClock + Sync,
+{
+    #[inline]
+    fn check(&self, key: &K) -> bool {
+        self.check_key(key).is_ok()
+    }
+    fn keys_held(&self) -> Option<usize> {
+        Some(self.len())
+    }
+}
+
+impl<K, C: GovClock + Sync> Limit<K> for GovDirect<C> {
+    #[inline]
+    fn check(&self, _key: &K) -> bool {
+        RateLimiter::check(self).is_ok()
+    }
+}
+
+thread_local! {
+    /// The trace time of the request this thread is deciding (attack mix only).
+    static TRACE_NOW: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A governor clock that reads the current trace time of the calling thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceClock;
+
+impl GovClock for TraceClock {
+    type Instant = Nanos;
+    #[inline]
+    fn now(&self) -> Nanos {
+        Nanos::new(TRACE_NOW.with(Cell::get))
+    }
+}
+
+impl<K, S> LimitAt<K> for GovKeyed<K, S, TraceClock>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    #[inline]
+    fn check_at(&self, key: &K, now_ns: u64) -> bool {
+        TRACE_NOW.with(|c| c.set(now_ns));
+        self.check_key(key).is_ok()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the Mutex<HashMap> funnel (benches/common/mutex_map.rs), with ahash like funnel
+
+/// The first article's design: a `HashMap` of funnels behind one `Mutex`, reading clock `C`.
+pub struct MutexMap<K, C> {
+    pub map: MutexMapLimiter<K, ahash::RandomState>,
+    pub clock: C,
+}
+
+impl<K: Key0, C: FunnelClock> Limit<K> for MutexMap<K, C> {
+    #[inline]
+    fn check(&self, key: &K) -> bool {
+        self.map.check(key, self.clock.now().as_nanos())
+    }
+    fn keys_held(&self) -> Option<usize> {
+        Some(self.map.len())
+    }
+}
+
+impl<K: Key0, C: FunnelClock> LimitAt<K> for MutexMap<K, C> {
+    #[inline]
+    fn check_at(&self, key: &K, now_ns: u64) -> bool {
+        self.map.check(key, now_ns)
+    }
+}
+
+/// What the Mutex<HashMap> funnel needs of a key.
+pub trait Key0: Hash + Eq + Clone + Send + Sync {}
+impl<K: Hash + Eq + Clone + Send + Sync> Key0 for K {}
+
+// ---------------------------------------------------------------------------------------------
+// quotas
+
+/// The two quotas of workloads 1–5, the same for every competitor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaKind {
+    /// 1,000 per second per key with a burst of 4,000,000,000: every decision is allowed and
+    /// every one writes (each key stays in debt, so none ever recovers mid-run).
+    Allow,
+    /// 1 per hour per key, burst 1: after a key's first request (made in the prefill) every
+    /// decision is denied and writes nothing.
+    Deny,
+}
+
+/// Burst of the allowing quota: the largest round number governor's `NonZeroU32` burst takes.
+pub const ALLOW_BURST: u32 = 4_000_000_000;
+/// Rate of the allowing quota, per second.
+pub const ALLOW_PER_SEC: u32 = 1_000;
+
+impl QuotaKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            QuotaKind::Allow => "allow",
+            QuotaKind::Deny => "deny",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            QuotaKind::Allow => {
+                "1,000/s per key, burst 4,000,000,000 (every decision allowed, every one writes)"
+            }
+            QuotaKind::Deny => {
+                "1/hour per key, burst 1 (every decision after a key's first is denied)"
+            }
+        }
+    }
+
+    pub fn funnel(self) -> funnel::Quota {
+        match self {
+            QuotaKind::Allow => funnel::Quota::per_second(u64::from(ALLOW_PER_SEC))
+                .and_then(|q| q.with_limit(u64::from(ALLOW_BURST))),
+            QuotaKind::Deny => funnel::Quota::per_hour(1),
+        }
+        .expect("the benchmark quotas are valid")
+    }
+
+    pub fn governor(self) -> governor::Quota {
+        match self {
+            QuotaKind::Allow => {
+                governor::Quota::per_second(nz(ALLOW_PER_SEC)).allow_burst(nz(ALLOW_BURST))
+            }
+            QuotaKind::Deny => governor::Quota::per_hour(nz(1)),
+        }
+    }
+
+    /// The Mutex<HashMap> funnel's (capacity, emission interval in ns).
+    pub fn mutex_map(self) -> (u64, u64) {
+        match self {
+            QuotaKind::Allow => (
+                u64::from(ALLOW_BURST),
+                1_000_000_000 / u64::from(ALLOW_PER_SEC),
+            ),
+            QuotaKind::Deny => (1, 3_600_000_000_000),
+        }
+    }
+
+    /// (limit, count, period in ms) for the Redis scripts.
+    pub fn redis(self) -> (u64, u64, u64) {
+        match self {
+            QuotaKind::Allow => (u64::from(ALLOW_BURST), u64::from(ALLOW_PER_SEC), 1_000),
+            QuotaKind::Deny => (1, 1, 3_600_000),
+        }
+    }
+}
+
+pub fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("non-zero")
+}
+
+// ---------------------------------------------------------------------------------------------
+// construction, per clock policy
+
+/// The clock every limiter reads in workloads 1–5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockPolicy {
+    /// Each limiter reads a real TSC clock through quanta on every decision: funnel's default
+    /// `QuantaClock`, governor's default `QuantaClock`, and funnel's `QuantaClock` for the
+    /// Mutex<HashMap> funnel.
+    Real,
+    /// Each limiter reads a shared frozen counter (one relaxed atomic load): funnel's
+    /// `ManualClock`, governor's `FakeRelativeClock`, a `ManualClock` for the Mutex<HashMap>.
+    Manual,
+}
+
+impl ClockPolicy {
+    pub fn label(self) -> &'static str {
+        match self {
+            ClockPolicy::Real => "real",
+            ClockPolicy::Manual => "manual",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ClockPolicy::Real => {
+                "real clock for all: every decision reads a TSC clock through quanta 0.12 \
+                 (funnel's default QuantaClock, governor's default QuantaClock, funnel's \
+                 QuantaClock passed to the Mutex<HashMap> funnel)"
+            }
+            ClockPolicy::Manual => {
+                "manual clock for all: every decision reads one frozen shared counter \
+                 (funnel ManualClock, governor FakeRelativeClock, funnel ManualClock for the \
+                 Mutex<HashMap> funnel); the clock read is ~1 ns instead of ~10 ns"
+            }
+        }
+    }
+}
+
+pub fn funnel_real<K: Hash + ?Sized>(
+    q: funnel::Quota,
+    capacity: usize,
+) -> Result<Limiter<K>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(capacity)
+        .build()
+        .map_err(|e| format!("funnel: {e}"))
+}
+
+pub fn funnel_manual<K: Hash + ?Sized>(
+    q: funnel::Quota,
+    capacity: usize,
+) -> Result<Limiter<K, ManualClock>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(capacity)
+        .clock(ManualClock::starting_at(
+            Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"),
+        ))
+        .build()
+        .map_err(|e| format!("funnel: {e}"))
+}
+
+pub fn mutex_real<K: Key0>(kind: QuotaKind) -> MutexMap<K, QuantaClock> {
+    let (cap, t) = kind.mutex_map();
+    MutexMap {
+        map: MutexMapLimiter::new(cap, t),
+        clock: QuantaClock::new(),
+    }
+}
+
+pub fn mutex_manual<K: Key0>(kind: QuotaKind) -> MutexMap<K, ManualClock> {
+    let (cap, t) = kind.mutex_map();
+    let clock =
+        ManualClock::starting_at(Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"));
+    MutexMap {
+        map: MutexMapLimiter::new(cap, t),
+        clock,
+    }
+}
+
+pub fn fake_clock() -> FakeRelativeClock {
+    let c = FakeRelativeClock::default();
+    c.advance(Duration::from_secs(1));
+    c
+}

@@ -1,0 +1,373 @@
+//! `cargo run --release --example compare`: funnel against governor, a Mutex<HashMap> funnel
+//! and Redis-backed limiters, on the same workloads, keys, quotas, clocks and threads.
+//!
+//! Workloads (`inproc.rs`, `attack.rs`): 1. one hot key; 2. a hot set of 1,000 keys; 3. Zipf
+//! 0.99 over 1M keys; 4. uniform over 10M keys; 5. churn (every request a new key, through a
+//! table smaller than the key stream); 6. attack mix (90% Zipf legitimate keys, 10% unique-key
+//! flood; wrong decisions counted against an unbounded reference). Each with u64 and String
+//! keys, an allowing and a denying quota, at every thread count given. Then the Redis scripts
+//! (`redis_rows.rs` over `redis_side.rs`), over-admission, and memory per key (`memory.rs`).
+//!
+//! Output: a progress bar on stderr, a summary on stdout, and `<out>/<run id>/` with
+//! `results.csv` (one line per configuration), `runs.csv` (one per timed run), `memory.csv`,
+//! SVG charts and `summary.md` (the generated section of BENCHMARKS.md). `--help` for flags.
+
+mod attack;
+mod charts;
+mod cli;
+mod inproc;
+mod keys;
+mod limiters;
+mod machine;
+mod memory;
+#[path = "../../benches/common/mutex_map.rs"]
+mod mutex_map;
+mod progress;
+mod redis_rows;
+mod redis_side;
+mod report;
+mod runner;
+mod summary;
+mod svg;
+mod tables;
+mod targets;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cli::{Options, Parsed};
+use machine::Machine;
+use memory::MemRow;
+use progress::Progress;
+use redis_rows::OverRow;
+use report::{Row, Section};
+
+/// Everything a run accumulates.
+pub struct Ctx {
+    pub opts: Options,
+    pub progress: Progress,
+    pub machine: Machine,
+    pub rows: Vec<Row>,
+    pub memory: Vec<MemRow>,
+    pub over: Vec<OverRow>,
+    /// Statements for the method section (capacities, prefill outcomes, trace parameters).
+    pub facts: Vec<String>,
+    pub warnings: Vec<String>,
+    pub errors: Vec<String>,
+    pub redis_status: String,
+    pub redis_version: Option<String>,
+    pub load_end: String,
+    /// Wall time of each part of the run.
+    pub timings: Vec<(String, std::time::Duration)>,
+    /// In-process runs kept, and runs repeated because other work held the CPUs.
+    pub kept: usize,
+    pub repeated: usize,
+}
+
+const BEGIN_MARK: &str = "<!-- BEGIN GENERATED: compare summary.md -->";
+const END_MARK: &str = "<!-- END GENERATED -->";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match cli::parse(args) {
+        Ok(Parsed::Run(o)) => o,
+        Ok(Parsed::Help) => {
+            print!("{}", cli::HELP);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Parsed::PublishFrom(dir)) => {
+            return match publish(&dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Ok(Parsed::ChildMemory(variant, n)) => {
+            return match memory::child(&variant, n) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(opts) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the comparison; `Ok(false)` when some part failed (the report is still written).
+fn run(opts: Options) -> Result<bool, String> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: this is a debug build; run with --release for meaningful figures");
+    }
+    let run_id = run_id();
+    let dir = opts.out.join(&run_id);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let machine = machine::detect();
+    let total = plan_weight(&opts);
+    let mut ctx = Ctx {
+        opts,
+        progress: Progress::new(total),
+        machine,
+        rows: Vec::new(),
+        memory: Vec::new(),
+        over: Vec::new(),
+        facts: Vec::new(),
+        warnings: Vec::new(),
+        errors: Vec::new(),
+        redis_status: "Redis rows not run (--no-redis or --only)".into(),
+        redis_version: None,
+        load_end: String::new(),
+        timings: Vec::new(),
+        kept: 0,
+        repeated: 0,
+    };
+    ctx.progress.log(&format!(
+        "compare: run {run_id} -> {}; estimated {}; clock policy {}; threads {:?}; {} runs of {:.2} s; {}, {} cores, load {}",
+        dir.display(),
+        progress::fmt_secs(total),
+        ctx.opts.clock.label(),
+        ctx.opts.threads,
+        ctx.opts.runs,
+        ctx.opts.duration.as_secs_f64(),
+        ctx.machine.cpu,
+        ctx.machine.cores,
+        ctx.machine.load_start
+    ));
+    type Part = fn(&mut Ctx) -> Result<(), String>;
+    let parts: [(&str, bool, Part); 5] = [
+        ("in-process workloads", true, inproc::run),
+        (
+            "attack mix",
+            ctx.opts.wants("attack") || ctx.opts.wants("W6"),
+            attack::run,
+        ),
+        (
+            "in-process over-admission",
+            ctx.opts.wants("redis") || ctx.opts.wants("over"),
+            redis_rows::inproc_over_admission,
+        ),
+        (
+            "Redis",
+            ctx.opts.redis && ctx.opts.wants("redis"),
+            redis_rows::run,
+        ),
+        ("memory per key", ctx.opts.wants("memory"), memory::run),
+    ];
+    for (name, on, part) in parts {
+        if !on {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        if let Err(e) = part(&mut ctx) {
+            let msg = format!("{name}: {e}");
+            ctx.progress.log(&format!("error: {msg}"));
+            ctx.errors.push(msg);
+        }
+        ctx.timings.push((name.to_string(), started.elapsed()));
+    }
+    ctx.load_end = machine::load_avg();
+    sanity_checks(&mut ctx);
+    ctx.progress.finish();
+
+    report::write_csv(&dir, &ctx.rows)?;
+    write_memory_csv(&dir, &ctx)?;
+    let charts = charts::charts(&ctx, &dir)?;
+    let md_local = summary::markdown(&ctx, &run_id, &charts, "");
+    report::write(&dir, "summary.md", &md_local)?;
+    // The same text with the charts under docs/bench/: what --publish pastes into BENCHMARKS.md.
+    let md_docs = summary::markdown(&ctx, &run_id, &charts, "docs/bench/");
+    report::write(&dir, "benchmarks-section.md", &md_docs)?;
+    if ctx.opts.publish {
+        publish(&dir)?;
+    }
+    print!("{}", summary::terminal(&ctx));
+    println!(
+        "\nWrote {}/{{results.csv, runs.csv, memory.csv, summary.md, {} charts}} in {}.",
+        dir.display(),
+        charts.len(),
+        progress::fmt_secs(ctx.progress.elapsed().as_secs_f64())
+    );
+    for w in &ctx.warnings {
+        println!("warning: {w}");
+    }
+    for e in &ctx.errors {
+        println!("error: {e}");
+    }
+    Ok(ctx.errors.is_empty())
+}
+
+fn plan_weight(o: &Options) -> f64 {
+    let mut w = inproc::plan_weight(o);
+    if o.wants("attack") || o.wants("W6") {
+        w += attack::plan_weight(o);
+    }
+    if o.wants("redis") || o.wants("over") {
+        w += 1.0;
+    }
+    if o.redis && o.wants("redis") {
+        w += redis_rows::plan_weight(o);
+    }
+    if o.wants("memory") {
+        w += memory::plan_weight(o);
+    }
+    w
+}
+
+/// Checks that every competitor did the same work (the same share of allowed decisions as
+/// funnel in the same cell), and that the unbounded competitors agree with the reference in
+/// the attack mix.
+fn sanity_checks(ctx: &mut Ctx) {
+    let mut warnings = Vec::new();
+    for r in ctx
+        .rows
+        .iter()
+        .filter(|r| r.section == Section::InProc || r.section == Section::Sweep)
+    {
+        if r.competitor == "funnel" || r.competitor == "governor-direct" {
+            continue;
+        }
+        let f = ctx.rows.iter().find(|f| {
+            f.section == r.section
+                && f.workload == r.workload
+                && f.key_type == r.key_type
+                && f.quota == r.quota
+                && f.threads == r.threads
+                && f.competitor == "funnel"
+        });
+        if let Some(f) = f {
+            let (a, b) = (f.allowed_fraction(), r.allowed_fraction());
+            if (a - b).abs() > 0.01 {
+                warnings.push(format!(
+                    "{} {} {} {}t: funnel allowed {:.3} of decisions, {} {:.3}: the limiters did different work",
+                    r.workload, r.key_type, r.quota, r.threads, a, r.competitor, b
+                ));
+            }
+        }
+    }
+    for r in ctx
+        .rows
+        .iter()
+        .filter(|r| r.section == Section::Attack && !r.competitor.starts_with("funnel"))
+    {
+        let (_, wa, wd) = r.attack_errors();
+        if wa + wd > 0 {
+            warnings.push(format!(
+                "attack {} {}t: {} (unbounded) differs from the reference on {} legitimate decisions",
+                r.key_type,
+                r.threads,
+                r.competitor,
+                wa + wd
+            ));
+        }
+    }
+    ctx.warnings.extend(warnings);
+}
+
+fn write_memory_csv(dir: &Path, ctx: &Ctx) -> Result<(), String> {
+    let mut s = String::from("store,key_type,keys,bytes_per_key,peak_bytes_per_key,method\n");
+    for m in &ctx.memory {
+        let _ = writeln!(
+            s,
+            "\"{}\",{},{},{:.2},{},\"{}\"",
+            m.store,
+            m.key_type,
+            m.keys,
+            m.bytes_per_key,
+            m.peak_per_key
+                .map(|p| format!("{p:.2}"))
+                .unwrap_or_default(),
+            m.method.replace('"', "'")
+        );
+    }
+    for o in &ctx.over {
+        let _ = writeln!(
+            s,
+            "\"over-admission {}\",,,{},,\"{}\"",
+            o.who,
+            o.admitted_over_limit,
+            o.method.replace('"', "'")
+        );
+    }
+    report::write(dir, "memory.csv", &s)
+}
+
+/// Copies a run's charts to docs/bench/ and replaces the generated section of BENCHMARKS.md
+/// with the run's `benchmarks-section.md`.
+pub fn publish(dir: &Path) -> Result<(), String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let charts_dir = root.join("docs/bench");
+    std::fs::create_dir_all(&charts_dir)
+        .map_err(|e| format!("creating {}: {e}", charts_dir.display()))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    let mut copied = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "svg") {
+            let to = charts_dir.join(entry.file_name());
+            std::fs::copy(&path, &to).map_err(|e| format!("copying {}: {e}", path.display()))?;
+            copied += 1;
+        }
+    }
+    let section = dir.join("benchmarks-section.md");
+    let md = std::fs::read_to_string(&section)
+        .map_err(|e| format!("reading {}: {e}", section.display()))?;
+    let path = root.join("BENCHMARKS.md");
+    let doc =
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let (Some(b), Some(e)) = (doc.find(BEGIN_MARK), doc.find(END_MARK)) else {
+        return Err(format!(
+            "{} has no {BEGIN_MARK} ... {END_MARK} section",
+            path.display()
+        ));
+    };
+    let new = format!("{}{BEGIN_MARK}\n\n{md}\n{}", &doc[..b], &doc[e..]);
+    std::fs::write(&path, new).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!(
+        "published {}: {copied} charts to {}, its summary into {}",
+        dir.display(),
+        charts_dir.display(),
+        path.display()
+    );
+    Ok(())
+}
+
+/// `20261121T213000Z`: the run's UTC start time.
+fn run_id() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

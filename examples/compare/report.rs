@@ -1,0 +1,321 @@
+//! Results: one [`Row`] per configuration (all its runs), medians with min and max, number
+//! formatting, and the CSV files.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::runner::Run;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    /// Workloads 1–5, the main table.
+    InProc,
+    /// The key-space sweep (uniform, u64), for the key-space chart.
+    Sweep,
+    /// Workload 6.
+    Attack,
+    Redis,
+}
+
+impl Section {
+    pub fn label(self) -> &'static str {
+        match self {
+            Section::InProc => "inproc",
+            Section::Sweep => "sweep",
+            Section::Attack => "attack",
+            Section::Redis => "redis",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub section: Section,
+    pub workload: String,
+    /// Distinct keys the workload draws from (0: every key new).
+    pub key_space: u64,
+    pub key_type: &'static str,
+    pub quota: String,
+    pub threads: usize,
+    pub pipeline: usize,
+    pub competitor: String,
+    pub clock: String,
+    pub capacity: String,
+    pub runs: Vec<Run>,
+    pub note: String,
+    /// Wall time of the prefill (one request for every key of the key space), and its threads.
+    pub prefill: Option<(f64, usize)>,
+    /// funnel's table after the prefill and after the last run.
+    pub table_prefill: Option<TableState>,
+    pub table_end: Option<TableState>,
+    /// Keys an unbounded competitor held after the last run (churn).
+    pub held_end: Option<usize>,
+}
+
+/// A snapshot of funnel's table.
+#[derive(Clone, Copy, Debug)]
+pub struct TableState {
+    pub slots: usize,
+    pub held: usize,
+    pub forced: u64,
+    pub recovered: u64,
+}
+
+impl Row {
+    fn rates(&self) -> Vec<f64> {
+        let mut r: Vec<f64> = self.runs.iter().map(Run::per_sec).collect();
+        r.sort_by(f64::total_cmp);
+        r
+    }
+
+    pub fn median(&self) -> f64 {
+        median(&self.rates())
+    }
+
+    pub fn min(&self) -> f64 {
+        self.rates().first().copied().unwrap_or(0.0)
+    }
+
+    pub fn max(&self) -> f64 {
+        self.rates().last().copied().unwrap_or(0.0)
+    }
+
+    /// Wall time per decision on each thread (connection), at the median rate.
+    pub fn ns_per_decision(&self) -> f64 {
+        let m = self.median();
+        if m > 0.0 {
+            self.threads as f64 * 1e9 / m
+        } else {
+            f64::NAN
+        }
+    }
+
+    pub fn allowed_fraction(&self) -> f64 {
+        let d: u64 = self.runs.iter().map(|r| r.decisions).sum();
+        let a: u64 = self.runs.iter().map(|r| r.allowed).sum();
+        if d == 0 {
+            f64::NAN
+        } else {
+            a as f64 / d as f64
+        }
+    }
+
+    /// Median over runs of decisions/s ÷ CPU share: an estimate of the rate had the threads kept
+    /// their CPUs (NaN when the share was not measured).
+    pub fn median_per_cpu(&self) -> f64 {
+        let mut v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.cpu_share.is_finite() && r.cpu_share > 0.0)
+            .map(|r| r.per_sec() / r.cpu_share)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            median(&v)
+        }
+    }
+
+    /// Median share of thread-time on a CPU over the runs (NaN when not measured).
+    pub fn cpu_share(&self) -> f64 {
+        let mut v: Vec<f64> = self
+            .runs
+            .iter()
+            .map(|r| r.cpu_share)
+            .filter(|s| s.is_finite())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            median(&v)
+        }
+    }
+
+    /// Attack mix: (legitimate requests, wrongly admitted, wrongly denied), medians over runs.
+    pub fn attack_errors(&self) -> (u64, u64, u64) {
+        let med = |f: fn(&Run) -> u64| {
+            let mut v: Vec<u64> = self.runs.iter().map(f).collect();
+            v.sort_unstable();
+            v.get(v.len() / 2).copied().unwrap_or(0)
+        };
+        (
+            med(|r| r.legit),
+            med(|r| r.wrongly_admitted),
+            med(|r| r.wrongly_denied),
+        )
+    }
+}
+
+pub fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// `12.3 M`, `456 k`, `789`: decisions per second, three significant digits.
+pub fn fmt_rate(r: f64) -> String {
+    if !r.is_finite() || r <= 0.0 {
+        return "–".to_string();
+    }
+    let (v, unit) = if r >= 1e9 {
+        (r / 1e9, " G")
+    } else if r >= 1e6 {
+        (r / 1e6, " M")
+    } else if r >= 1e3 {
+        (r / 1e3, " k")
+    } else {
+        (r, "")
+    };
+    format!("{}{unit}", sig3(v))
+}
+
+/// `12.3 ns`, `4.56 µs`, `78.9 ms`.
+pub fn fmt_ns(ns: f64) -> String {
+    if !ns.is_finite() || ns <= 0.0 {
+        return "–".to_string();
+    }
+    if ns >= 1e6 {
+        format!("{} ms", sig3(ns / 1e6))
+    } else if ns >= 1e3 {
+        format!("{} µs", sig3(ns / 1e3))
+    } else {
+        format!("{} ns", sig3(ns))
+    }
+}
+
+/// A ratio: `2.41×`, `1,234×`.
+pub fn fmt_ratio(x: f64) -> String {
+    if !x.is_finite() || x <= 0.0 {
+        "–".to_string()
+    } else if x >= 100.0 {
+        format!("{}×", fmt_int(x.round() as u64))
+    } else if x >= 10.0 {
+        format!("{x:.1}×")
+    } else {
+        format!("{x:.2}×")
+    }
+}
+
+pub fn sig3(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// `10,000,000`.
+pub fn fmt_int(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `1`, `1k`, `1M`, `10M`, `100k`: a key-space size in a label.
+pub fn fmt_count_short(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// `results.csv`: one line per configuration; `runs.csv`: one line per timed run.
+pub fn write_csv(dir: &Path, rows: &[Row]) -> Result<(), String> {
+    let mut s = String::from(
+        "section,workload,key_space,key_type,quota,threads,pipeline,competitor,clock,capacity,runs,\
+         median_decisions_per_s,min_decisions_per_s,max_decisions_per_s,ns_per_decision_per_thread,\
+         allowed_fraction,cpu_share,median_decisions_per_cpu_s,legit_requests,wrongly_admitted,wrongly_denied,note\n",
+    );
+    let mut runs = String::from(
+        "section,workload,key_type,quota,threads,pipeline,competitor,run,decisions,allowed,elapsed_s,decisions_per_s,cpu_share\n",
+    );
+    for r in rows {
+        let (legit, wa, wd) = r.attack_errors();
+        let attack = r.section == Section::Attack;
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.2},{:.6},{:.3},{:.0},{},{},{},{}",
+            r.section.label(),
+            csv_field(&r.workload),
+            r.key_space,
+            r.key_type,
+            csv_field(&r.quota),
+            r.threads,
+            r.pipeline,
+            csv_field(&r.competitor),
+            r.clock,
+            csv_field(&r.capacity),
+            r.runs.len(),
+            r.median(),
+            r.min(),
+            r.max(),
+            r.ns_per_decision(),
+            r.allowed_fraction(),
+            r.cpu_share(),
+            r.median_per_cpu(),
+            if attack {
+                legit.to_string()
+            } else {
+                String::new()
+            },
+            if attack {
+                wa.to_string()
+            } else {
+                String::new()
+            },
+            if attack {
+                wd.to_string()
+            } else {
+                String::new()
+            },
+            csv_field(&r.note),
+        );
+        for (i, run) in r.runs.iter().enumerate() {
+            let _ = writeln!(
+                runs,
+                "{},{},{},{},{},{},{},{},{},{},{:.6},{:.0},{:.3}",
+                r.section.label(),
+                csv_field(&r.workload),
+                r.key_type,
+                csv_field(&r.quota),
+                r.threads,
+                r.pipeline,
+                csv_field(&r.competitor),
+                i + 1,
+                run.decisions,
+                run.allowed,
+                run.elapsed.as_secs_f64(),
+                run.per_sec(),
+                run.cpu_share
+            );
+        }
+    }
+    write(dir, "results.csv", &s)?;
+    write(dir, "runs.csv", &runs)
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}

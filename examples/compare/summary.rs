@@ -1,0 +1,234 @@
+//! summary.md (the generated section of BENCHMARKS.md) and the summary printed on stdout.
+
+use std::fmt::Write as _;
+
+use crate::inproc::workloads;
+use crate::limiters::QuotaKind;
+use crate::report::fmt_int;
+use crate::tables::{
+    appendix_table, articles_table, attack_table, churn_table, funnel_table_table, main_table,
+    memory_table, over_table, prefill_table, redis_table, Table,
+};
+use crate::targets::{targets, targets_table, weak_spots};
+use crate::Ctx;
+
+/// The Markdown summary; `chart_prefix` is where the charts are, relative to the document.
+pub fn markdown(
+    ctx: &Ctx,
+    run_id: &str,
+    charts: &[(String, String)],
+    chart_prefix: &str,
+) -> String {
+    let o = &ctx.opts;
+    let m = &ctx.machine;
+    let mut s = String::new();
+    let _ = writeln!(s, "### Run `{run_id}`\n");
+    let _ = writeln!(
+        s,
+        "Every figure in this section comes from one invocation of:\n\n```sh\n{}\n```\n",
+        o.command
+    );
+    let parts: Vec<String> = ctx
+        .timings
+        .iter()
+        .map(|(n, d)| format!("{n} {}", crate::progress::fmt_secs(d.as_secs_f64())))
+        .collect();
+    let _ = writeln!(
+        s,
+        "It took {} ({}) on the machine below. Load average (1, 5, 15 min) at the start: {}; at the end: {}. \
+         On a machine shared with other work, treat differences under ~1.5× in memory-bound and two-thread cells as noise.\n",
+        crate::progress::fmt_secs(ctx.progress.elapsed().as_secs_f64()),
+        parts.join(", "),
+        m.load_start,
+        ctx.load_end
+    );
+    let shares: Vec<f64> = {
+        let mut v: Vec<f64> = ctx
+            .rows
+            .iter()
+            .flat_map(|r| r.runs.iter().map(|x| x.cpu_share))
+            .filter(|x| x.is_finite())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    if !shares.is_empty() {
+        let _ = writeln!(
+            s,
+            "The limiters' threads were on a CPU for a median {:.0}% of their runs' wall time (lowest {:.0}%; \
+             /proc/thread-self/schedstat); {} of {} in-process runs were repeated because that share was \
+             under {:.0}%, keeping the run with the larger share (`--retries {}`, `--min-cpu`).\n",
+            100.0 * crate::report::median(&shares),
+            100.0 * shares[0],
+            ctx.repeated,
+            ctx.kept,
+            100.0 * o.min_cpu,
+            o.retries
+        );
+    }
+    let _ = writeln!(
+        s,
+        "#### Machine\n\nRead with `{}`.\n",
+        crate::machine::COMMANDS
+    );
+    let mut t = Table::new(&["", ""], &[false, false]);
+    t.rows.push(vec!["CPU".into(), m.cpu.clone()]);
+    t.rows.push(vec!["cores".into(), m.cores.to_string()]);
+    t.rows.push(vec!["memory".into(), m.memory.clone()]);
+    t.rows.push(vec![
+        "OS, kernel".into(),
+        format!("{}, Linux {}", m.os, m.kernel),
+    ]);
+    t.rows.push(vec!["Rust".into(), m.rustc.clone()]);
+    t.rows.push(vec![
+        "Redis".into(),
+        ctx.redis_version
+            .clone()
+            .unwrap_or_else(|| ctx.redis_status.clone()),
+    ]);
+    t.rows.push(vec![
+        "crates".into(),
+        m.crates
+            .iter()
+            .map(|(n, v)| format!("{n} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    ]);
+    s.push_str(&t.markdown());
+    let _ = writeln!(s, "\n#### Method\n");
+    let _ = writeln!(
+        s,
+        "* Runs: {} timed runs of {:.2} s per configuration (Redis: {:.2} s); cells show the median, with min–max in the appendix. \
+         Threads: {}. Keys are generated before timing, one array per thread ({} per thread; churn: {} new keys per thread), \
+         and threads start on a barrier and stop together.",
+        o.runs,
+        o.duration.as_secs_f64(),
+        o.redis_duration.as_secs_f64(),
+        o.threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
+        fmt_int(workloads(o.quick).first().map(|w| w.array_len as u64).unwrap_or(0)),
+        fmt_int(workloads(o.quick).iter().find(|w| w.role == "W5").map(|w| w.array_len as u64).unwrap_or(0)),
+    );
+    let _ = writeln!(s, "* Clock policy (workloads 1–5): {}. The attack mix passes each request's trace time to every limiter (funnel `check_at`, the Mutex<HashMap> funnel's `now` argument, governor through a `Clock` that reads it from a thread-local). The Redis Lua scripts read the server's clock (`TIME`, µs) inside the script; the non-atomic hash uses the client's wall clock in ms, as article 000's Java does.", o.clock.describe());
+    let _ = writeln!(s, "* Quotas: `allow` = {}; `deny` = {}. Every competitor gets the same quota; the `allowed` column of the appendix shows they did the same work.", QuotaKind::Allow.describe(), QuotaKind::Deny.describe());
+    let _ = writeln!(s, "* Keys: `u64` ids, or `String`s `user:<id>`. Before timing, every key of the key space gets one request (not for churn). funnel's capacity is the next power of two at or above 1.5 × the key space (at least 1,024); churn uses a table of 65,536 slots against a stream of new keys. governor and the Mutex<HashMap> funnel are unbounded.");
+    let _ = writeln!(s, "* Competitors: `funnel` (`Limiter`), `governor-direct` (one un-keyed state; hot key only), `governor-keyed` (`RateLimiter::keyed`: DashMap store, std `RandomState` = SipHash-1-3), `governor-keyed-ahash` (`dashmap_with_hasher(ahash::RandomState)`), `mutex-map` (the first article's design: one `Mutex<HashMap>` of funnels, ahash; `benches/common/mutex_map.rs`). pingora-limits is not available offline and is not measured.");
+    let _ = writeln!(s, "* Ratios `(N×)` are funnel's median ÷ the competitor's median in the same cell: above 1 means funnel is faster. ns/decision is wall time per decision on each thread (threads ÷ decisions/s).");
+    for f in &ctx.facts {
+        let _ = writeln!(s, "* {f}");
+    }
+    let _ = writeln!(s, "\n#### Targets\n");
+    s.push_str(&targets_table(&targets(ctx)).markdown());
+    let _ = writeln!(s, "\n#### In process: decisions/s, median [ns per decision per thread] (funnel ÷ competitor)\n");
+    s.push_str(&main_table(ctx).markdown());
+    let funnel_tables = funnel_table_table(ctx);
+    if !funnel_tables.rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### funnel's table in each workload (after the prefill, and after all runs of the first thread count)\n"
+        );
+        s.push_str(&funnel_tables.markdown());
+    }
+    let prefill = prefill_table(ctx);
+    if !prefill.rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### First request of a key: prefill time per key per thread (key spaces ≥ 100,000; key formatting included)\n"
+        );
+        s.push_str(&prefill.markdown());
+    }
+    let churn = churn_table(ctx);
+    if !churn.rows.is_empty() {
+        let _ = writeln!(s, "\n#### Churn: keys held at the end of one run\n");
+        s.push_str(&churn.markdown());
+    }
+    if !charts.is_empty() {
+        let _ = writeln!(s, "\n#### Charts\n");
+        for (file, caption) in charts {
+            let _ = writeln!(s, "![{caption}]({chart_prefix}{file})\n");
+        }
+    }
+    let attack = attack_table(ctx);
+    if !attack.rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### Attack mix: 90% legitimate Zipf keys, 10% unique-key flood\n"
+        );
+        let _ = writeln!(s, "Wrongly admitted / denied: legitimate requests decided differently from the unbounded reference (funnel's arithmetic in a HashMap); the same trace for every competitor.\n");
+        s.push_str(&attack.markdown());
+    }
+    let _ = writeln!(
+        s,
+        "\n#### Redis-backed limiters (1,000 String keys, the same key stream as hot-1k)\n"
+    );
+    let redis = redis_table(ctx);
+    if redis.rows.is_empty() {
+        let _ = writeln!(s, "{}\n", ctx.redis_status);
+    } else {
+        let _ = writeln!(s, "{}. `funnel ÷ this`: funnel on hot-1k String keys, same quota, as many threads as connections.\n", ctx.redis_status);
+        s.push_str(&redis.markdown());
+    }
+    let _ = writeln!(s, "\n#### Over-admission under contention\n");
+    s.push_str(&over_table(ctx).markdown());
+    let _ = writeln!(s, "\n#### Memory per key\n");
+    s.push_str(&memory_table(ctx).markdown());
+    let _ = writeln!(s, "\n#### The articles' figures next to ours\n");
+    s.push_str(&articles_table(ctx).markdown());
+    let _ = writeln!(s, "\n#### Where funnel is not clearly ahead in this run\n");
+    let weak = weak_spots(ctx);
+    if weak.is_empty() {
+        let _ = writeln!(
+            s,
+            "No cell under 1.5×, and no wrong decision in the attack mix."
+        );
+    }
+    for w in weak {
+        let _ = writeln!(s, "* {w}");
+    }
+    if !ctx.warnings.is_empty() || !ctx.errors.is_empty() {
+        let _ = writeln!(s, "\n#### Warnings and errors\n");
+        for w in &ctx.warnings {
+            let _ = writeln!(s, "* warning: {w}");
+        }
+        for e in &ctx.errors {
+            let _ = writeln!(s, "* error: {e}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n#### Appendix: every configuration, median with min–max\n\n\
+         `CPU share`: the median share of the run's thread-time spent on a CPU; `÷ CPU share`: the median of \
+         decisions/s ÷ that share, an estimate of the rate on a machine without other work (it ignores the \
+         cache and memory bandwidth the other work also took, and overstates two-thread runs whose threads \
+         did not run at the same time).\n"
+    );
+    s.push_str(&appendix_table(ctx).markdown());
+    s
+}
+
+/// The part of the summary printed on stdout.
+pub fn terminal(ctx: &Ctx) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\nIn process: decisions/s, median [ns per decision per thread] (funnel ÷ competitor); clock: {}\n", ctx.opts.clock.label());
+    s.push_str(&main_table(ctx).text());
+    let attack = attack_table(ctx);
+    if !attack.rows.is_empty() {
+        let _ = writeln!(s, "\nAttack mix (trace clock)\n");
+        s.push_str(&attack.text());
+    }
+    let redis = redis_table(ctx);
+    let _ = writeln!(s, "\nRedis: {}\n", ctx.redis_status);
+    if !redis.rows.is_empty() {
+        s.push_str(&redis.text());
+    }
+    if !ctx.over.is_empty() {
+        let _ = writeln!(s, "\nOver-admission\n");
+        s.push_str(&over_table(ctx).text());
+    }
+    if !ctx.memory.is_empty() {
+        let _ = writeln!(s, "\nMemory per key\n");
+        s.push_str(&memory_table(ctx).text());
+    }
+    let _ = writeln!(s, "\nTargets\n");
+    s.push_str(&targets_table(&targets(ctx)).text().replace("**", ""));
+    s
+}

@@ -1,0 +1,248 @@
+//! The targets, checked against this run, and the cells where funnel is not clearly
+//! ahead.
+
+use crate::redis_rows::PIPELINE;
+use crate::report::{fmt_int, fmt_rate, fmt_ratio, Row, Section};
+use crate::tables::{find, name_of_role, ratio, Table, KEY_TYPES, QUOTAS};
+use crate::Ctx;
+
+/// One target: its statement, the figures, and whether it was met.
+pub struct Target {
+    pub what: String,
+    pub figures: String,
+    pub met: Option<bool>,
+}
+
+pub fn targets(ctx: &Ctx) -> Vec<Target> {
+    let mut out = Vec::new();
+    let rows = &ctx.rows;
+    let max_t = ctx.opts.max_threads();
+    // 1, 2: Redis GCRA.
+    let redis_target = |conns: usize, pipe: usize, threshold: f64, what: &str| {
+        let mut figs = Vec::new();
+        let mut met = None::<bool>;
+        for q in QUOTAS {
+            let f = find(
+                rows,
+                Section::InProc,
+                "hot-1k",
+                "String",
+                q,
+                conns,
+                1,
+                "funnel",
+            );
+            let r = find(
+                rows,
+                Section::Redis,
+                "hot-1k",
+                "String",
+                q,
+                conns,
+                pipe,
+                "redis-gcra",
+            );
+            if let (Some(fr), Some(rr), Some(x)) = (f, r, ratio(f, r)) {
+                figs.push(format!(
+                    "{q}: funnel {}/s ÷ GCRA script {}/s = {}",
+                    fmt_rate(fr.median()),
+                    fmt_rate(rr.median()),
+                    fmt_ratio(x)
+                ));
+                met = Some(met.unwrap_or(true) && x >= threshold);
+            }
+        }
+        Target {
+            what: what.to_string(),
+            figures: if figs.is_empty() {
+                "not measured (no Redis rows)".into()
+            } else {
+                figs.join("; ")
+            },
+            met,
+        }
+    };
+    out.push(redis_target(
+        1,
+        1,
+        1000.0,
+        "funnel ≥ 1,000× the decisions/s of the GCRA Lua script over one Redis connection (1,000 String keys; funnel on 1 thread)",
+    ));
+    out.push(redis_target(
+        max_t,
+        PIPELINE,
+        50.0,
+        &format!("funnel ≥ 50× pipelined Redis (GCRA script, {max_t} connections × pipeline {PIPELINE}; funnel on {max_t} threads)"),
+    ));
+    // 3, 4: governor keyed.
+    let gov_target = |roles: &[&str], threshold: f64, what: &str| {
+        let mut ratios = Vec::new();
+        let mut cells = Vec::new();
+        for role in roles {
+            let wl = name_of_role(ctx, role);
+            for kt in KEY_TYPES {
+                for q in QUOTAS {
+                    for &th in &ctx.opts.threads {
+                        let f = find(rows, Section::InProc, &wl, kt, q, th, 1, "funnel");
+                        let g = find(rows, Section::InProc, &wl, kt, q, th, 1, "governor-keyed");
+                        if let Some(x) = ratio(f, g) {
+                            ratios.push(x);
+                            cells.push(format!("{wl} {kt} {q} {th}t {}", fmt_ratio(x)));
+                        }
+                    }
+                }
+            }
+        }
+        let met_cells = ratios.iter().filter(|&&x| x >= threshold).count();
+        Target {
+            what: what.to_string(),
+            figures: if ratios.is_empty() {
+                "not measured".into()
+            } else {
+                format!(
+                    "{met_cells} of {} cells at or above {threshold}× (lowest {}, highest {}): {}",
+                    ratios.len(),
+                    fmt_ratio(ratios.iter().copied().fold(f64::INFINITY, f64::min)),
+                    fmt_ratio(ratios.iter().copied().fold(0.0, f64::max)),
+                    cells.join(", ")
+                )
+            },
+            met: (!ratios.is_empty()).then_some(met_cells == ratios.len()),
+        }
+    };
+    out.push(gov_target(
+        &["W1"],
+        2.0,
+        "funnel ≥ 2× governor keyed (default DashMap store, default hasher) on the hot key",
+    ));
+    out.push(gov_target(
+        &["W3", "W4"],
+        3.0,
+        &format!(
+            "funnel ≥ 3× governor keyed on {} and {} keys",
+            name_of_role(ctx, "W3"),
+            name_of_role(ctx, "W4")
+        ),
+    ));
+    // 5: memory.
+    let slot = ctx.memory.iter().find(|m| m.store == "funnel (per slot)");
+    let held = ctx
+        .memory
+        .iter()
+        .find(|m| m.store.starts_with("funnel (per key held"));
+    let gov_string = ctx
+        .memory
+        .iter()
+        .filter(|m| m.store == "governor-keyed" && m.key_type == "String")
+        .max_by_key(|m| m.keys);
+    let what = "funnel's memory per key ≤ ¼ of governor's with String keys";
+    match (slot, held, gov_string) {
+        (Some(s), Some(h), Some(g)) => {
+            out.push(Target {
+                what: format!("{what}: per slot (a full table)"),
+                figures: format!(
+                    "{:.1} B per slot = {:.2} × governor String's {:.1} B/key ({} keys)",
+                    s.bytes_per_key,
+                    s.bytes_per_key / g.bytes_per_key,
+                    g.bytes_per_key,
+                    fmt_int(g.keys)
+                ),
+                met: Some(s.bytes_per_key <= g.bytes_per_key / 4.0),
+            });
+            out.push(Target {
+                what: format!("{what}: per key held, at the harness's sizing (≤ 2/3 full)"),
+                figures: format!(
+                    "{} keys in {} slots: {:.1} B/key = {:.2} × governor String's (a quarter needs the table ≥ {:.0}% full)",
+                    fmt_int(h.keys),
+                    fmt_int(s.keys),
+                    h.bytes_per_key,
+                    h.bytes_per_key / g.bytes_per_key,
+                    100.0 * s.bytes_per_key / (g.bytes_per_key / 4.0)
+                ),
+                met: Some(h.bytes_per_key <= g.bytes_per_key / 4.0),
+            });
+        }
+        _ => out.push(Target {
+            what: what.into(),
+            figures: "not measured".into(),
+            met: None,
+        }),
+    }
+    out
+}
+
+pub fn targets_table(ts: &[Target]) -> Table {
+    let mut t = Table::new(&["target", "result", "figures"], &[false, false, false]);
+    for x in ts {
+        t.rows.push(vec![
+            x.what.clone(),
+            match x.met {
+                Some(true) => "**met**".into(),
+                Some(false) => "**missed**".into(),
+                None => "not measured".into(),
+            },
+            x.figures.clone(),
+        ]);
+    }
+    t
+}
+
+/// Cells where funnel is not clearly ahead: slower than a competitor, or within the machine's
+/// noise (under 1.5×).
+pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in ctx.rows.iter().filter(|r| {
+        matches!(r.section, Section::InProc | Section::Sweep) && r.competitor != "funnel"
+    }) {
+        let f = find(
+            &ctx.rows,
+            r.section,
+            &r.workload,
+            r.key_type,
+            &r.quota,
+            r.threads,
+            1,
+            "funnel",
+        );
+        if let Some(x) = ratio(f, Some(r)) {
+            if x < 1.5 {
+                out.push(format!(
+                    "{} {} {} {}t: funnel {}/s vs {} {}/s ({}){}",
+                    r.workload,
+                    r.key_type,
+                    r.quota,
+                    r.threads,
+                    fmt_rate(f.map(Row::median).unwrap_or(0.0)),
+                    r.competitor,
+                    fmt_rate(r.median()),
+                    fmt_ratio(x),
+                    if x < 1.0 {
+                        " — funnel slower"
+                    } else {
+                        " — within noise"
+                    }
+                ));
+            }
+        }
+    }
+    for r in ctx
+        .rows
+        .iter()
+        .filter(|r| r.section == Section::Attack && r.competitor.starts_with("funnel"))
+    {
+        let (legit, wa, wd) = r.attack_errors();
+        if wa + wd > 0 {
+            out.push(format!(
+                "attack {} {}t {}: {} legitimate requests wrongly admitted and {} wrongly denied of {} ({:.3}%)",
+                r.key_type,
+                r.threads,
+                r.competitor,
+                fmt_int(wa),
+                fmt_int(wd),
+                fmt_int(legit),
+                100.0 * (wa + wd) as f64 / legit.max(1) as f64
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,302 @@
+//! The fuzz bodies on stable: every committed input of `fuzz/corpus/<target>/` (the seed
+//! corpus) and `tests/fuzz_regressions/<target>/` (minimised crashes, kept as regression cases)
+//! runs through the same body the fuzzer runs (`tests/fuzz_bodies/<target>.rs`), then a short
+//! budget of seeded pseudo-random inputs.
+//!
+//! * `FUZZ_REPLAY_MS` sets each random test's budget (default 600 ms; 0 skips them);
+//!   `FUZZ_REPLAY_SEED` picks the generator's seed (default fixed, so CI is repeatable).
+//! * A failing random input is written to `$CARGO_TARGET_TMPDIR/fuzz-replay/<target>/` and
+//!   named in the failure: copy it into `tests/fuzz_regressions/<target>/` to keep it.
+//! * Real coverage-guided fuzzing needs nightly: `cargo +nightly fuzz run <target>` in `fuzz/`,
+//!   or `.ci/fuzz.sh`.
+
+#[path = "fuzz_bodies/common.rs"]
+mod common;
+#[path = "support/model.rs"]
+mod model;
+#[path = "fuzz_bodies/ops.rs"]
+mod ops;
+#[path = "fuzz_bodies/replay_line.rs"]
+mod replay_line;
+#[path = "fuzz_bodies/state.rs"]
+mod state;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::Event;
+
+type Body = fn(&[u8]);
+
+/// Runs every committed input of `target` through `body`; returns how many ran.
+fn replay_committed(target: &str, body: Body) -> usize {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [
+        root.join("fuzz/corpus").join(target),
+        root.join("tests/fuzz_regressions").join(target),
+    ] {
+        // A missing directory is skipped, not failed: a target may have no regressions yet.
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        files.extend(entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()));
+    }
+    files.sort();
+    let mut failed = Vec::new();
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        if catch_unwind(|| body(&bytes)).is_err() {
+            failed.push(file.display().to_string());
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{target}: {} of {} committed inputs fail: {failed:#?}",
+        failed.len(),
+        files.len()
+    );
+    files.len()
+}
+
+/// SplitMix64, for the random inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Feeds `body` inputs from `generate` until the budget runs out; returns how many ran.
+fn random_inputs(target: &str, body: Body, generate: fn(&mut Rng) -> Vec<u8>) -> u64 {
+    let budget_ms =
+        std::env::var("FUZZ_REPLAY_MS").map_or(600, |v| v.parse().expect("FUZZ_REPLAY_MS: ms"));
+    let seed = std::env::var("FUZZ_REPLAY_SEED")
+        .map_or(0x5EED_F022, |v| v.parse().expect("FUZZ_REPLAY_SEED: u64"));
+    let mut rng = Rng(seed ^ target.len() as u64);
+    let deadline = Instant::now() + Duration::from_millis(budget_ms);
+    let mut runs = 0;
+    common::clear_seen();
+    while Instant::now() < deadline {
+        let input = generate(&mut rng);
+        if catch_unwind(AssertUnwindSafe(|| body(&input))).is_err() {
+            let path = save_failure(target, &input);
+            panic!(
+                "{target}: random input #{runs} (seed {seed}) fails; saved as {}; copy it into \
+                 tests/fuzz_regressions/{target}/ to keep it",
+                path.display()
+            );
+        }
+        runs += 1;
+    }
+    eprintln!(
+        "{target}: {runs} random inputs in {budget_ms} ms: {}",
+        common::seen_summary()
+    );
+    runs
+}
+
+fn save_failure(target: &str, input: &[u8]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("fuzz-replay")
+        .join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let path = dir.join(format!("crash-{hash:016x}"));
+    std::fs::write(&path, input).unwrap();
+    path
+}
+
+/// Random bytes: the bodies decode any bytes into choices.
+fn bytes(rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.below(4) {
+        0 => rng.below(16),
+        1 | 2 => rng.below(256),
+        _ => rng.below(2_048),
+    };
+    // Runs of one byte value steer `Unstructured` towards the same choice again and again.
+    let mut out = Vec::with_capacity(len as usize);
+    while out.len() < len as usize {
+        let b = rng.next() as u8;
+        let run = if rng.below(4) == 0 {
+            rng.below(8) + 1
+        } else {
+            1
+        };
+        out.extend(std::iter::repeat_n(b, run as usize));
+    }
+    out
+}
+
+/// Replay lines: mostly well formed over a few keys and rising times, with edge numbers, bad
+/// fields, odd separators and raw bytes mixed in.
+fn lines(rng: &mut Rng) -> Vec<u8> {
+    const NUMBERS: &[&str] = &[
+        "0",
+        "1",
+        "-1",
+        "+1",
+        "2",
+        "15",
+        "30",
+        "60",
+        "1000000000",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "9223372036854775808",
+        "18446744073709551615",
+        "3458764513820540926",
+        "3458764513820540927",
+        "1152921504606846976",
+        "007",
+        "-0",
+        "+",
+        "-",
+        "1e3",
+        "0x10",
+        "",
+        "12a",
+    ];
+    const SEPARATORS: &[&[u8]] = &[b" ", b" ", b" ", b"\t", b"  ", b" \r ", b"\r"];
+    let mut out = Vec::new();
+    let mut now: u64 = 0;
+    for _ in 0..rng.below(40) + 1 {
+        if rng.below(3) > 0 {
+            now += match rng.below(4) {
+                0 => 0,
+                1 => rng.below(1_000_000_000),
+                2 => rng.below(100) * 1_000_000_000,
+                _ => rng.below(3_000_000_000),
+            };
+        } else if rng.below(4) == 0 {
+            now = now.saturating_sub(rng.below(5_000_000_000)); // back in time
+        }
+        let mut fields: Vec<Vec<u8>> = vec![
+            now.to_string().into_bytes(),
+            format!("k{}", rng.below(4)).into_bytes(),
+            rng.below(6).to_string().into_bytes(),
+            (rng.below(10) + 1).to_string().into_bytes(),
+            (rng.below(10) + 1).to_string().into_bytes(),
+        ];
+        if rng.below(2) == 0 {
+            fields.push(rng.below(8).to_string().into_bytes());
+        }
+        for _ in 0..rng.below(3) {
+            let field = rng.below(fields.len() as u64 + 1) as usize;
+            let junk = match rng.below(3) {
+                0 => NUMBERS[rng.below(NUMBERS.len() as u64) as usize]
+                    .as_bytes()
+                    .to_vec(),
+                1 => (0..rng.below(6) + 1).map(|_| rng.next() as u8).collect(),
+                _ => Vec::new(),
+            };
+            if field < fields.len() {
+                fields[field] = junk;
+            } else {
+                fields.push(junk);
+            }
+        }
+        for (i, field) in fields.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(SEPARATORS[rng.below(SEPARATORS.len() as u64) as usize]);
+            }
+            out.extend_from_slice(field);
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Runs the committed inputs of `target`, then checks that they still reach `events` (counted
+/// on this test's thread), so a change in how bodies decode their input cannot silently turn
+/// the corpus into one that no longer evicts, turns away or goes back in time.
+fn committed_inputs_reach(target: &str, body: Body, events: &[Event]) {
+    common::clear_seen();
+    let files = replay_committed(target, body);
+    eprintln!(
+        "{target}: {files} committed inputs: {}",
+        common::seen_summary()
+    );
+    let missed: Vec<_> = events.iter().filter(|e| common::seen(**e) == 0).collect();
+    assert!(
+        missed.is_empty() || files == 0,
+        "{target}: the {files} committed inputs never reach {missed:?}: refresh fuzz/corpus/{target}/"
+    );
+}
+
+/// Which keys share a bucket, and which slot a new key takes, are implementation details (the
+/// hasher, the order of the eviction scan) that may change and then change what an input
+/// evicts. The seeds `fuzz/corpus/ops/one-bucket-*` use a table of one bucket, where neither
+/// matters: they keep every event below reached whatever those details become.
+#[test]
+fn ops_committed_inputs_pass_and_reach_every_divergence() {
+    use Event::*;
+    let events = [
+        NewKey,
+        RecoveredEviction,
+        ForcedEviction,
+        TurnedAway,
+        AllowedUntracked,
+        Allowed,
+        Limited,
+        CostExceedsLimit,
+        ResetOfATrackedKey,
+        ClockAtMax,
+    ];
+    committed_inputs_reach("ops", ops::run, &events);
+}
+
+#[test]
+fn state_committed_inputs_pass_and_reach_the_edges() {
+    use Event::*;
+    let events = [
+        Allowed,
+        Limited,
+        CostExceedsLimit,
+        TimeWentBack,
+        ClockAtMax,
+        TimeRejected,
+        QuotaRejected,
+    ];
+    committed_inputs_reach("state", state::run, &events);
+}
+
+#[test]
+fn replay_line_committed_inputs_pass_and_reach_errors_and_replies() {
+    use Event::*;
+    let events = [LineRejected, LineReplied, Limited, TimeWentBack];
+    committed_inputs_reach("replay_line", replay_line::run, &events);
+}
+
+#[test]
+fn ops_random_inputs_pass() {
+    random_inputs("ops", ops::run, bytes);
+}
+
+#[test]
+fn state_random_inputs_pass() {
+    random_inputs("state", state::run, bytes);
+}
+
+#[test]
+fn replay_line_random_inputs_pass() {
+    random_inputs("replay_line", replay_line::run, |rng| {
+        if rng.below(4) == 0 {
+            bytes(rng)
+        } else {
+            lines(rng)
+        }
+    });
+}

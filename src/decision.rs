@@ -129,9 +129,11 @@ impl Decision {
     /// * seconds are truncated, then 1 is added when the fraction holds at least a whole
     ///   millisecond (3.333 s gives 4, 2.0009 s gives 2);
     /// * `retry_after_s` is -1 when allowed or when the cost exceeds the limit;
-    /// * `remaining` divides whole microseconds as redis-cell does (when the emission interval
-    ///   is not a whole number of microseconds it can be one above [`remaining`](Self::remaining));
-    ///   below 1 µs per action, where redis-cell answers `i64::MAX`, the exact value is given.
+    /// * `remaining` divides whole microseconds as redis-cell does: when the emission interval
+    ///   is not a whole number of microseconds it is above [`remaining`](Self::remaining), by up
+    ///   to almost double when `T` is between 1 and 2 µs (`k 999 500250 1` reports 1997 of a
+    ///   limit of 1000); below 1 µs per action, where redis-cell answers `i64::MAX`, the exact
+    ///   value is given. Use [`remaining`](Self::remaining) for headers.
     pub fn to_cl_throttle(&self) -> [i64; 5] {
         let limited = i64::from(!self.is_allowed());
         let retry = match self.retry_after() {

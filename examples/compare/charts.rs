@@ -32,8 +32,13 @@ pub fn charts(ctx: &Ctx, dir: &std::path::Path) -> Result<Vec<(String, String)>,
                             .collect();
                         (c.to_string(), bars)
                     })
+                    // A competitor with no bar here (governor-direct with String keys) leaves
+                    // no gap and no legend entry.
+                    .filter(|(_, bars): &(String, Vec<Option<Bar>>)| {
+                        bars.iter().any(Option::is_some)
+                    })
                     .collect();
-                if series.iter().all(|(_, b)| b.iter().all(Option::is_none)) {
+                if series.is_empty() {
                     continue;
                 }
                 let name = format!("throughput-{}-{q}-{th}t.svg", kt.to_ascii_lowercase());

@@ -1,9 +1,10 @@
 //! Fuzz body `ops`: an arbitrary sequence of operations on a keyed [`Limiter`] with a tiny
 //! table, compared after every operation with the reference [`Model`] of CL.THROTTLE.
 //!
-//! The input chooses a capacity of 1..=16 keys (one or a few buckets, so lazy and forced
-//! eviction happen all the time; sometimes 32 or 64), a [`WhenFull`] policy, the hasher seed (fixed for the run, so
-//! a failure replays exactly), the limiter's quota and a [`ManualClock`]; then up to
+//! The input chooses a capacity of 1..=16 keys (one or two buckets, so lazy and forced
+//! eviction happen all the time; sometimes 32 or 64), a [`WhenFull`] policy, the hasher seed
+//! (fixed for the run, so a failure replays exactly), the limiter's quota and a
+//! [`ManualClock`]; then up to
 //! [`MAX_OPS`] operations over at most [`MAX_KEYS`] distinct `u16` keys: requests through every
 //! public entry point (`check`, `check_n`, `check_at`, `check_n_at`, `throttle`, `throttle_at`
 //! with per-call quotas, costs `0..=limit+2` and sometimes enormous), peeks, resets and clock

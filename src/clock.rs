@@ -248,6 +248,7 @@ impl ManualClock {
 impl Clock for ManualClock {
     #[inline]
     fn now(&self) -> Timestamp {
+        // Relaxed: see `advance`.
         Timestamp(self.nanos.load(Ordering::Relaxed))
     }
 }

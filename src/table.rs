@@ -359,10 +359,12 @@ impl Table {
                 (None, Some((slot, word, tat))) => match when_full {
                     WhenFull::Evict => (slot, word, true),
                     WhenFull::Deny => {
+                        // Relaxed: counters are statistics; they order nothing.
                         self.shard(home).turned_away.fetch_add(1, Ordering::Relaxed);
                         return Created::TurnedAway(tat - now);
                     }
                     WhenFull::Allow => {
+                        // Relaxed: a statistic, as above.
                         self.shard(home).untracked.fetch_add(1, Ordering::Relaxed);
                         return Created::Untracked;
                     }
@@ -408,6 +410,7 @@ impl Table {
                 _ if forced => &shard.forced,
                 _ => &shard.recovered,
             };
+            // Relaxed: a statistic; readers sum shards without ordering.
             counter.fetch_add(1, Ordering::Relaxed);
             return Created::Bound;
         }
@@ -425,6 +428,7 @@ impl Table {
             {
                 return CreationLock(lock);
             }
+            // Relaxed: only a hint to retry; the CAS above is what acquires.
             while lock.load(Ordering::Relaxed) {
                 spin(round);
                 round += 1;
@@ -437,6 +441,7 @@ impl Table {
     }
 
     pub(crate) fn stats(&self) -> Stats {
+        // Relaxed: a snapshot of statistics; see `Stats`.
         let sum = |f: fn(&StatShard) -> &StatCounter| -> u64 {
             self.stats
                 .iter()
@@ -460,6 +465,8 @@ impl Table {
         let mut bound = 0usize;
         for (b, bucket) in self.buckets.iter().enumerate() {
             for (i, slot) in bucket.slots.iter().enumerate() {
+                // Acquire: the table is at rest (caller's contract); Acquire makes the last
+                // writers' stores visible even if they ran on other threads.
                 let word = slot.state.load(Ordering::Acquire);
                 let key = slot.key.load(Ordering::Acquire);
                 match state::decode(word) {

@@ -8,7 +8,7 @@ use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::table::{Stats, Table, WhenFull};
+use crate::table::{Stats, Table, Updated, WhenFull};
 
 /// The capacity of [`Limiter::new`]: 65,536 keys in a 1 MiB table.
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
@@ -129,6 +129,20 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     #[inline]
     pub fn peek_at(&self, key: &K, now: Timestamp) -> Decision {
         self.check_n_at(key, 0, now)
+    }
+
+    /// The general read-modify-write of `key`'s arrival time at `now`: see `Table::update`.
+    /// Public operations other than decisions (refunds, raising a key to a known arrival time)
+    /// are built on it.
+    #[allow(dead_code)] // used by the operations built on it
+    pub(crate) fn update_at(
+        &self,
+        key: &K,
+        now: Timestamp,
+        f: impl FnMut(u64) -> Option<u64>,
+    ) -> Updated {
+        let home = self.table.home(self.hasher.hash_one(key));
+        self.table.update(&home, now.as_nanos(), self.when_full, f)
     }
 
     /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.

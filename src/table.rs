@@ -139,6 +139,18 @@ pub(crate) struct Home {
     second: usize,
 }
 
+/// How a [`Table::update`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Updated {
+    /// `f` chose to write nothing; the arrival time it saw (`0` for an absent key).
+    Unchanged(u64),
+    /// The key's arrival time went from the first value (`0` for an absent key) to the second.
+    Written(u64, u64),
+    /// The key was absent, `f` wanted to create it, and the table was full
+    /// ([`WhenFull::Deny`] or [`WhenFull::Allow`]): nothing was stored.
+    Full,
+}
+
 /// How a creation attempt ended.
 enum Created {
     /// The key now owns a slot and the request was charged to it.
@@ -285,6 +297,59 @@ impl Table {
                         new_tat - now,
                         0,
                     )
+                }
+            }
+        }
+    }
+
+    /// Applies `f` to the key's arrival time (`0` when the key is absent, which is the same as
+    /// a fresh funnel) and stores what it returns, retrying with the new value when a
+    /// concurrent update moves the word first. `None` writes nothing; `Some` on an absent key
+    /// creates it, subject to `when_full`. The building block of every operation other than a
+    /// plain decision (refunds, raising a key to a known arrival time); `f` may run several
+    /// times and must be a pure function of its argument. Values above `MAX_TAT` are clamped.
+    pub(crate) fn update(
+        &self,
+        home: &Home,
+        now: u64,
+        when_full: WhenFull,
+        mut f: impl FnMut(u64) -> Option<u64>,
+    ) -> Updated {
+        'lookup: loop {
+            let Some((slot, mut word)) = self.find(home) else {
+                let Some(new_tat) = f(0) else {
+                    return Updated::Unchanged(0);
+                };
+                let new_tat = new_tat.min(state::MAX_TAT);
+                match self.create(home, now, new_tat, when_full) {
+                    Created::Bound => return Updated::Written(0, new_tat),
+                    Created::Exists => continue 'lookup,
+                    Created::TurnedAway(_) | Created::Untracked => return Updated::Full,
+                }
+            };
+            loop {
+                let SlotState::Live { gen, tat } = state::decode(word) else {
+                    continue 'lookup;
+                };
+                let Some(new_tat) = f(tat) else {
+                    return Updated::Unchanged(tat);
+                };
+                let new_tat = new_tat.min(state::MAX_TAT);
+                // Release on success / Acquire on failure: as in `charge`.
+                match slot.state.compare_exchange_weak(
+                    word,
+                    state::live(gen, new_tat),
+                    Ordering::Release,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Updated::Written(tat, new_tat),
+                    Err(current) => {
+                        // Acquire: as in `find`; a rebind sends us back to the lookup.
+                        if slot.key.load(Ordering::Acquire) != home.fp {
+                            continue 'lookup;
+                        }
+                        word = current;
+                    }
                 }
             }
         }

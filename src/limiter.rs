@@ -134,7 +134,6 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// The general read-modify-write of `key`'s arrival time at `now`: see `Table::update`.
     /// Public operations other than decisions (refunds, raising a key to a known arrival time)
     /// are built on it.
-    #[allow(dead_code)] // used by the operations built on it
     pub(crate) fn update_at(
         &self,
         key: &K,
@@ -143,6 +142,41 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     ) -> Updated {
         let home = self.table.home(self.hasher.hash_one(key));
         self.table.update(&home, now.as_nanos(), self.when_full, f)
+    }
+
+    /// Gives back `n` units charged to `key` under the limiter's quota, now: its funnel's
+    /// arrival time moves back by `n` emission intervals, but never below now, so a refund
+    /// never leaves a funnel emptier than a fresh one. False when there was nothing to give
+    /// back (the key is untracked or its funnel already empty). Use it to undo a charge for a
+    /// request that was not served.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{clock::ManualClock, Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::builder(Quota::per_second(2)?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// assert!(limiter.check("k").is_allowed());
+    /// assert!(limiter.check("k").is_allowed());
+    /// assert!(!limiter.check("k").is_allowed());
+    /// assert!(limiter.refund("k", 1)); // the second request was not served after all
+    /// assert!(limiter.check("k").is_allowed());
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn refund(&self, key: &K, n: u64) -> bool {
+        self.refund_at(key, &self.quota, n, self.clock.now())
+    }
+
+    /// [`refund`](Self::refund) of units charged under `quota`, at the caller's `now`.
+    pub fn refund_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> bool {
+        let back = n.saturating_mul(quota.t);
+        let at = now.as_nanos();
+        let updated = self.update_at(key, now, |tat| {
+            (tat > at && back > 0).then(|| tat.saturating_sub(back).max(at))
+        });
+        matches!(updated, Updated::Written(..))
     }
 
     /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.

@@ -40,9 +40,12 @@ pub enum Outcome {
 /// assert_eq!(d.to_cl_throttle(), [0, 16, 15, -1, 2]);
 /// # Ok::<(), funnel::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Decision {
-    limit: u64,
+    /// The limit in the low 61 bits (a quota's limit is at most `2^60`: its tolerance
+    /// `T * limit` is, and `T >= 1`), the [`Outcome`] in the top three (`OUTCOME_SHIFT`).
+    /// Packing keeps a decision at 32 bytes (four words) instead of 40.
+    limit_and_outcome: u64,
     /// Emission interval of the quota used, ns.
     t: u64,
     /// `TAT' - now`, ns, where `TAT'` is the funnel after this request (unchanged unless
@@ -50,7 +53,41 @@ pub struct Decision {
     reset_after: u64,
     /// ns until the same request would pass; 0 unless `Limited` or `TurnedAway`.
     retry_after: u64,
-    outcome: Outcome,
+}
+
+const OUTCOME_SHIFT: u32 = 61;
+const LIMIT_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
+
+const _: () = assert!(
+    crate::state::MAX_TOLERANCE_NANOS <= LIMIT_MASK,
+    "any quota's limit fits below the outcome bits"
+);
+const _: () = assert!(std::mem::size_of::<Decision>() == 32);
+
+impl Outcome {
+    /// The three bits stored in a [`Decision`]. Allowed outcomes are the codes whose low two
+    /// bits are 0, so `is_allowed` is one mask.
+    #[inline]
+    const fn code(self) -> u64 {
+        match self {
+            Outcome::Allowed => 0,
+            Outcome::Limited => 1,
+            Outcome::CostExceedsLimit => 2,
+            Outcome::TurnedAway => 3,
+            Outcome::AllowedUntracked => 4,
+        }
+    }
+
+    #[inline]
+    const fn from_code(code: u64) -> Outcome {
+        match code {
+            0 => Outcome::Allowed,
+            1 => Outcome::Limited,
+            2 => Outcome::CostExceedsLimit,
+            3 => Outcome::TurnedAway,
+            _ => Outcome::AllowedUntracked,
+        }
+    }
 }
 
 impl Decision {
@@ -62,37 +99,37 @@ impl Decision {
         reset_after: u64,
         retry_after: u64,
     ) -> Self {
+        debug_assert!(limit <= LIMIT_MASK, "a quota's limit is at most 2^60");
         Decision {
-            limit,
+            limit_and_outcome: (limit & LIMIT_MASK) | (outcome.code() << OUTCOME_SHIFT),
             t,
             reset_after,
             retry_after,
-            outcome,
         }
     }
 
     /// Why the request passed or not.
     #[inline]
     pub fn outcome(&self) -> Outcome {
-        self.outcome
+        Outcome::from_code(self.limit_and_outcome >> OUTCOME_SHIFT)
     }
 
     /// True when the request may pass ([`Outcome::Allowed`] or [`Outcome::AllowedUntracked`]).
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        matches!(self.outcome, Outcome::Allowed | Outcome::AllowedUntracked)
+        (self.limit_and_outcome >> OUTCOME_SHIFT) & 3 == 0
     }
 
     /// True when the request costs more than the limit and can never pass.
     #[inline]
     pub fn cost_exceeds_limit(&self) -> bool {
-        self.outcome == Outcome::CostExceedsLimit
+        self.outcome() == Outcome::CostExceedsLimit
     }
 
     /// The burst capacity (CL.THROTTLE's `max_burst + 1`, `X-RateLimit-Limit`).
     #[inline]
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit_and_outcome & LIMIT_MASK
     }
 
     /// How many unit requests would pass right now, after this one: `floor((T * limit -
@@ -100,10 +137,10 @@ impl Decision {
     /// [`to_cl_throttle`](Self::to_cl_throttle) for redis-cell's microsecond rounding).
     #[inline]
     pub fn remaining(&self) -> u64 {
-        if self.outcome == Outcome::TurnedAway {
+        if self.outcome() == Outcome::TurnedAway {
             return 0;
         }
-        let tau = self.t * self.limit;
+        let tau = self.t * self.limit();
         tau.saturating_sub(self.reset_after) / self.t
     }
 
@@ -111,7 +148,7 @@ impl Decision {
     /// `None` when it was allowed or can never pass.
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.outcome {
+        match self.outcome() {
             Outcome::Limited | Outcome::TurnedAway => Some(Duration::from_nanos(self.retry_after)),
             _ => None,
         }
@@ -142,7 +179,7 @@ impl Decision {
         };
         [
             limited,
-            saturating_i64(self.limit),
+            saturating_i64(self.limit()),
             saturating_i64(self.cl_remaining()),
             retry,
             cl_seconds(self.reset_after),
@@ -150,14 +187,26 @@ impl Decision {
     }
 
     fn cl_remaining(&self) -> u64 {
-        if self.outcome == Outcome::TurnedAway {
+        if self.outcome() == Outcome::TurnedAway {
             return 0;
         }
-        let tau = self.t * self.limit;
+        let tau = self.t * self.limit();
         if self.t < 1_000 || self.reset_after >= tau {
             return self.remaining();
         }
         ((tau - self.reset_after) / 1_000) / (self.t / 1_000)
+    }
+}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decision")
+            .field("outcome", &self.outcome())
+            .field("limit", &self.limit())
+            .field("t", &self.t)
+            .field("reset_after", &self.reset_after)
+            .field("retry_after", &self.retry_after)
+            .finish()
     }
 }
 
@@ -192,6 +241,26 @@ mod tests {
         let d = Decision::new(Outcome::Allowed, 2, 1_000_500, 1_000, 0);
         assert_eq!(d.remaining(), 1);
         assert_eq!(d.to_cl_throttle()[2], 2);
+    }
+
+    #[test]
+    fn every_outcome_round_trips_through_its_bits_beside_the_largest_limit() {
+        for outcome in [
+            Outcome::Allowed,
+            Outcome::Limited,
+            Outcome::CostExceedsLimit,
+            Outcome::TurnedAway,
+            Outcome::AllowedUntracked,
+        ] {
+            for limit in [1, 2, 1 << 40, crate::state::MAX_TOLERANCE_NANOS] {
+                let d = Decision::new(outcome, limit, 1, 0, 0);
+                assert_eq!((d.outcome(), d.limit()), (outcome, limit));
+                assert_eq!(
+                    d.is_allowed(),
+                    matches!(outcome, Outcome::Allowed | Outcome::AllowedUntracked)
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! [`Limiter`]: the keyed limiter, a thin layer over the table that hashes keys and reads the
 //! clock.
 
+use std::borrow::Borrow;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
@@ -8,7 +9,7 @@ use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::table::{Stats, Table, Updated, WhenFull};
+use crate::table::{Home, Stats, Table, Updated, WhenFull};
 
 /// The capacity of [`Limiter::new`]: 65,536 keys in a 1 MiB table.
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
@@ -117,6 +118,64 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         let home = self.table.home(self.hasher.hash_one(key));
         self.table
             .decide(&home, now.as_nanos(), quota, n, self.when_full)
+    }
+
+    /// One unit request for each of `keys`, in order, now (one clock read for the batch),
+    /// appending one decision per key to `out`. See [`check_batch_at`](Self::check_batch_at).
+    pub fn check_batch<Q: Borrow<K>>(&self, keys: &[Q], out: &mut Vec<Decision>) {
+        self.check_batch_at(keys, self.clock.now(), out);
+    }
+
+    /// One unit request for each of `keys`, in order, at the caller's `now`, appending one
+    /// decision per key to `out`: the same decisions as [`check_at`](Self::check_at) called
+    /// for each key in turn, but faster when the table is larger than the CPU caches. While
+    /// deciding one key the batch hashes the keys a few places ahead and starts loading their
+    /// buckets, so the cache misses of different keys overlap instead of queueing.
+    ///
+    /// For callers that hold many keys at once: an event loop draining a socket batch, a log
+    /// replayer, a gateway checking every request of a pipeline.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::new(Quota::per_second(1)?);
+    /// let mut decisions = Vec::new();
+    /// limiter.check_batch_at(&["a", "b", "a"], limiter.now(), &mut decisions);
+    /// let allowed: Vec<bool> = decisions.iter().map(|d| d.is_allowed()).collect();
+    /// assert_eq!(allowed, [true, true, false]);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn check_batch_at<Q: Borrow<K>>(
+        &self,
+        keys: &[Q],
+        now: Timestamp,
+        out: &mut Vec<Decision>,
+    ) {
+        /// How many keys ahead the batch hashes and loads: enough to cover a memory miss with
+        /// the work of the decisions in between, few enough that the lines are still cached
+        /// when their turn comes.
+        const AHEAD: usize = 8;
+        let home = |key: &Q| self.table.home(self.hasher.hash_one(key.borrow()));
+        out.reserve(keys.len());
+        let mut ahead = [Home::default(); AHEAD];
+        for (slot, key) in ahead.iter_mut().zip(keys) {
+            *slot = home(key);
+            self.table.prefetch(slot);
+        }
+        for i in 0..keys.len() {
+            let current = ahead[i % AHEAD];
+            if let Some(next) = keys.get(i + AHEAD) {
+                let next = home(next);
+                self.table.prefetch(&next);
+                ahead[i % AHEAD] = next;
+            }
+            let decision =
+                self.table
+                    .decide(&current, now.as_nanos(), &self.quota, 1, self.when_full);
+            out.push(decision);
+        }
     }
 
     /// `key`'s state now, charging nothing and creating nothing.

@@ -1,7 +1,7 @@
 //! Fuzz body `ops`: an arbitrary sequence of operations on a keyed [`Limiter`] with a tiny
 //! table, compared after every operation with the reference [`Model`] of CL.THROTTLE.
 //!
-//! The input chooses a capacity of 1..=16 keys (one or two buckets, so lazy and forced
+//! The input chooses a capacity of 1..=16 keys (one to three buckets, so lazy and forced
 //! eviction happen all the time; sometimes 32 or 64), a [`WhenFull`] policy, the hasher seed
 //! (fixed for the run, so a failure replays exactly), the limiter's quota and a
 //! [`ManualClock`]; then up to
@@ -30,8 +30,8 @@
 //!   drained slot). `turned_away` goes up iff the decision is `TurnedAway` and the policy is
 //!   `Deny`; `admitted_untracked` iff `AllowedUntracked` and `Allow`; `forced_evictions` only
 //!   under `Evict`. Any of the last three needs every candidate slot of the key in debt: at
-//!   least `min(capacity, 8)` keys (a key's candidates are the whole table or two buckets of at
-//!   least 4 slots each);
+//!   least `min(capacity, 14)` keys (a key's candidates are the whole table or two buckets of
+//!   7 slots each);
 //! * `TurnedAway` must be `[1, limit, 0, r, r]` with `r` the exact debt of some key in debt
 //!   (the least indebted candidate's), and leaves the requested key absent;
 //! * `AllowedUntracked` leaves the requested key absent;
@@ -129,7 +129,7 @@ impl Harness {
             .expect("a tiny table builds");
         let slots = limiter.capacity();
         assert!(
-            slots >= capacity && slots.is_power_of_two() && slots % 4 == 0,
+            slots >= capacity && slots < capacity + 7 && slots % 7 == 0,
             "{slots} slots for {capacity}"
         );
         assert!(limiter.is_empty());
@@ -270,7 +270,7 @@ impl Harness {
             );
         }
         if delta.turned_away + delta.untracked + delta.forced > 0 {
-            let slots = self.limiter.capacity().min(8);
+            let slots = self.limiter.capacity().min(14);
             let in_debt = self.in_debt().len()
                 - usize::from(self.model.tat(&kb, i128::from(self.now)).is_some());
             assert!(

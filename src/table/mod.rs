@@ -1,17 +1,22 @@
-//! The keyed table: a fixed array of 128-byte buckets, eight slots each, every slot a key
-//! fingerprint word and a funnel word (`state.rs`). Each key may live in two candidate buckets;
-//! a new key goes to the candidate bucket with more free slots (two-choice placement).
+//! The keyed table: a fixed array of 128-byte buckets of seven slots (`bucket.rs`), every slot
+//! a key fingerprint and a funnel word (`state.rs`). Each key may live in two candidate
+//! buckets; a new key goes to the candidate bucket with more free slots (two-choice placement).
 //!
 //! The slot protocol (EMPTY / LIVE / RESERVED, who moves a slot between them and why two racing
 //! threads cannot both win) is written out in `docs/DESIGN.md`, "The slot protocol"; the
 //! comments here name the step of that argument they implement.
 //!
-//! * **Updating** a key that is present is lock-free: find its slot, compute, one CAS on the
-//!   funnel word; a denial is validated by re-reading the word and writes nothing.
-//! * **Creating** a key is serialised per home bucket by a one-byte spin lock, so two creators
-//!   of one key cannot bind two slots. Updates never take it.
+//! * **Finding** a key loads the tag words of both candidate buckets together and matches them
+//!   into one bitmask: no branch per slot, and the two buckets' cache misses overlap.
+//! * **Updating** a key that is present is lock-free: validate the slot, compute, one CAS on
+//!   the funnel word; a denial writes nothing and reads the funnel word once.
+//! * **Creating** a key is serialised per home bucket by a one-byte spin lock (`create.rs`),
+//!   so two creators of one key cannot bind two slots. Updates never take it.
 //! * **Evicting** is lazy: a creator reuses an EMPTY slot or one whose funnel has recovered
 //!   (`TAT <= now`), and only when none is left applies [`WhenFull`].
+
+mod bucket;
+mod create;
 
 use std::sync::atomic::AtomicU64 as StatCounter;
 
@@ -20,17 +25,11 @@ use crate::error::Error;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::state::{self, SlotState};
-use crate::sync::{spin, AtomicBool, AtomicU64, Ordering};
+use crate::sync::Ordering;
 
-/// Slots per bucket: eight `{key, state}` pairs fill two cache lines (128 bytes). With two
-/// candidate buckets and two-choice placement, about 70% of the slots can hold funnels in debt
-/// before a new key first finds no free candidate (12–40% with one-line buckets filled in
-/// order; `docs/DESIGN.md`, "The table"). Loom models use buckets of four, which keeps their
-/// state space small; the protocol does not depend on the bucket size.
-#[cfg(not(funnel_loom))]
-pub(crate) const SLOTS_PER_BUCKET: usize = 8;
-#[cfg(funnel_loom)]
-pub(crate) const SLOTS_PER_BUCKET: usize = 4;
+pub(crate) use bucket::SLOTS_PER_BUCKET;
+use bucket::{match_tag, tag_of, Bucket};
+use create::Created;
 
 /// The largest capacity accepted, in keys: a table of at most 2^40 slots (16 TiB).
 pub const MAX_CAPACITY: usize = if usize::BITS >= 64 { 1 << 40 } else { 1 << 24 };
@@ -97,24 +96,6 @@ pub struct Stats {
     pub admitted_untracked: u64,
 }
 
-struct Slot {
-    /// The key's 64-bit fingerprint, never 0 once bound.
-    key: AtomicU64,
-    /// The packed funnel word (`state.rs`).
-    state: AtomicU64,
-}
-
-#[repr(C, align(128))]
-struct Bucket {
-    slots: [Slot; SLOTS_PER_BUCKET],
-}
-
-#[cfg(not(funnel_loom))]
-const _: () = assert!(
-    std::mem::size_of::<Bucket>() == 128,
-    "a bucket is two cache lines"
-);
-
 /// Statistics, striped over cache lines so creators on different buckets do not share one.
 #[repr(align(64))]
 #[derive(Default)]
@@ -129,10 +110,12 @@ struct StatShard {
 const STAT_SHARDS: usize = 16;
 
 /// Where a key may live.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Home {
     /// Fingerprint, never 0.
     fp: u64,
+    /// Its tag (`bucket.rs`).
+    tag: u64,
     /// Home bucket; also the index of the key's creation lock.
     first: usize,
     /// Second candidate bucket (equal to `first` in a one-bucket table).
@@ -151,23 +134,10 @@ pub(crate) enum Updated {
     Full,
 }
 
-/// How a creation attempt ended.
-enum Created {
-    /// The key now owns a slot and the request was charged to it.
-    Bound,
-    /// A racing creator bound the key first: update it instead.
-    Exists,
-    /// Table full, [`WhenFull::Deny`]: ns until the least indebted candidate recovers.
-    TurnedAway(u64),
-    /// Table full, [`WhenFull::Allow`].
-    Untracked,
-}
-
 pub(crate) struct Table {
     buckets: Box<[Bucket]>,
-    /// One creation lock per bucket; a key takes the lock of its home bucket.
-    locks: Box<[AtomicBool]>,
-    mask: usize,
+    /// `buckets.len()`, as the multiplier of the bucket reduction.
+    len: u64,
     stats: [StatShard; STAT_SHARDS],
 }
 
@@ -183,25 +153,18 @@ impl Table {
                 max: MAX_CAPACITY,
             });
         }
-        let buckets = capacity.div_ceil(SLOTS_PER_BUCKET).next_power_of_two();
+        // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
+        // is as large as asked for (to the next whole bucket), not the next power of two.
+        let buckets = capacity.div_ceil(SLOTS_PER_BUCKET);
         let oom = Error::OutOfMemory {
-            bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>() + 1),
+            bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>()),
         };
         let mut table: Vec<Bucket> = Vec::new();
-        table.try_reserve_exact(buckets).map_err(|_| oom.clone())?;
-        table.extend((0..buckets).map(|_| Bucket {
-            slots: std::array::from_fn(|_| Slot {
-                key: AtomicU64::new(0),
-                state: AtomicU64::new(state::EMPTY),
-            }),
-        }));
-        let mut locks: Vec<AtomicBool> = Vec::new();
-        locks.try_reserve_exact(buckets).map_err(|_| oom)?;
-        locks.extend((0..buckets).map(|_| AtomicBool::new(false)));
+        table.try_reserve_exact(buckets).map_err(|_| oom)?;
+        table.extend((0..buckets).map(|_| Bucket::new()));
         Ok(Table {
             buckets: table.into_boxed_slice(),
-            locks: locks.into_boxed_slice(),
-            mask: buckets - 1,
+            len: buckets as u64,
             stats: Default::default(),
         })
     }
@@ -211,11 +174,9 @@ impl Table {
         self.buckets.len() * SLOTS_PER_BUCKET
     }
 
-    /// Bytes the table occupies (buckets, locks and counters).
+    /// Bytes the table occupies (buckets, with their locks, and counters).
     pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.buckets)
-            + std::mem::size_of_val(&*self.locks)
-            + std::mem::size_of_val(&self.stats)
+        std::mem::size_of_val(&*self.buckets) + std::mem::size_of_val(&self.stats)
     }
 
     /// Where the key with this 64-bit hash lives.
@@ -224,13 +185,28 @@ impl Table {
         let fp = if hash == 0 { 1 } else { hash };
         // Buckets come from `fp`, not `hash`: keys of one fingerprint are one key, and must
         // share one home bucket and so one creation lock (hashes 0 and 1 would not).
-        let hash = fp;
-        let first = (hash as usize) & self.mask;
-        // The second bucket comes from the hash's high half, so the two choices are
-        // independent; it differs from the first whenever the table has two buckets or more.
-        let step = ((hash >> 32) as usize) & self.mask;
-        let second = first ^ if step == 0 { 1 & self.mask } else { step };
-        Home { fp, first, second }
+        //
+        // `reduce(x)` maps a 64-bit value onto the buckets by its top bits (a multiply and a
+        // shift, Lemire's reduction). The home bucket takes the fingerprint's top bits, the
+        // second bucket its middle bits (bits 8-31 for tables under 16 M buckets), the tag its
+        // low byte: three independent choices. The second differs from the first whenever the
+        // table has two buckets or more.
+        let reduce = |x: u64| ((u128::from(x) * u128::from(self.len)) >> 64) as usize;
+        let first = reduce(fp);
+        let mut second = reduce(fp.rotate_left(32));
+        if second == first {
+            second = if first + 1 == self.buckets.len() {
+                0
+            } else {
+                first + 1
+            };
+        }
+        Home {
+            fp,
+            tag: tag_of(fp),
+            first,
+            second,
+        }
     }
 
     /// Decides a request of `n` units at `now` for the key at `home`, creating its funnel if
@@ -247,7 +223,7 @@ impl Table {
         // The hot path (the key is present) stays small enough to inline; everything else is
         // out of line.
         let absent = match self.find(home) {
-            Some((slot, word)) => match charge(slot, word, home.fp, now, quota, n) {
+            Some((bucket, i, word)) => match charge(bucket, i, word, home.fp, now, quota, n) {
                 Some(decision) => return decision,
                 None => false, // rebound under us; the key may be elsewhere now
             },
@@ -272,8 +248,8 @@ impl Table {
         loop {
             let found = if absent { None } else { self.find(home) };
             absent = false;
-            if let Some((slot, word)) = found {
-                match charge(slot, word, home.fp, now, quota, n) {
+            if let Some((bucket, i, word)) = found {
+                match charge(bucket, i, word, home.fp, now, quota, n) {
                     Some(decision) => return decision,
                     None => continue, // the slot was rebound under us: look again
                 }
@@ -316,7 +292,7 @@ impl Table {
         mut f: impl FnMut(u64) -> Option<u64>,
     ) -> Updated {
         'lookup: loop {
-            let Some((slot, mut word)) = self.find(home) else {
+            let Some((bucket, i, mut word)) = self.find(home) else {
                 let Some(new_tat) = f(0) else {
                     return Updated::Unchanged(0);
                 };
@@ -336,7 +312,7 @@ impl Table {
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
                 // Release on success / Acquire on failure: as in `charge`.
-                match slot.state.compare_exchange_weak(
+                match bucket.words[i].compare_exchange_weak(
                     word,
                     state::live(gen, new_tat),
                     Ordering::Release,
@@ -344,8 +320,8 @@ impl Table {
                 ) {
                     Ok(_) => return Updated::Written(tat, new_tat),
                     Err(current) => {
-                        // Acquire: as in `find`; a rebind sends us back to the lookup.
-                        if slot.key.load(Ordering::Acquire) != home.fp {
+                        // Acquire: as in `charge`; a rebind sends us back to the lookup.
+                        if bucket.keys[i].load(Ordering::Acquire) != home.fp {
                             continue 'lookup;
                         }
                         word = current;
@@ -358,7 +334,7 @@ impl Table {
     /// Empties the key's funnel; true if the key was tracked.
     pub(crate) fn reset(&self, home: &Home) -> bool {
         loop {
-            let Some((slot, word)) = self.find(home) else {
+            let Some((bucket, i, word)) = self.find(home) else {
                 return false;
             };
             // The binding (and so its generation) stays: an updater that loaded `word` fails its
@@ -367,8 +343,7 @@ impl Table {
             // means resets never help another binding's word come back (docs/DESIGN.md, ABA).
             let fresh = state::live(state::gen_of(word), 0);
             // Release on success: as an update; Relaxed on failure: we look the key up again.
-            if slot
-                .state
+            if bucket.words[i]
                 .compare_exchange(word, fresh, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
             {
@@ -380,124 +355,44 @@ impl Table {
     /// The funnel word bound to the key at `home`, if any; for the loom models' oracles.
     #[cfg(all(test, funnel_loom))]
     pub(crate) fn word_of(&self, home: &Home) -> Option<u64> {
-        self.find(home).map(|(_, word)| word)
+        self.find(home).map(|(_, _, word)| word)
     }
 
-    /// The live slot bound to `home.fp`, with the funnel word that was validated against it.
+    /// The live slot bound to `home.fp` (its bucket and index), with the funnel word that was
+    /// validated against it.
     #[inline]
-    fn find(&self, home: &Home) -> Option<(&Slot, u64)> {
-        if let Some(found) = find_in(&self.buckets[home.first], home.fp) {
-            return Some(found);
+    fn find(&self, home: &Home) -> Option<(&Bucket, usize, u64)> {
+        let first = &self.buckets[home.first];
+        let second = &self.buckets[home.second];
+        // Relaxed: tags are a filter (`bucket.rs`); every candidate is validated below, and a
+        // stale miss only sends us to the locked slow path, whose rescan sees every completed
+        // binding of this key.
+        let in_first = match_tag(first.tags.load(Ordering::Relaxed), home.tag);
+        let in_second = match_tag(second.tags.load(Ordering::Relaxed), home.tag);
+        // Both buckets' candidates in one mask: slot `i` of the first bucket is bit `8i`, of
+        // the second bit `8i + 4`. (A one-bucket table checks its bucket twice on a miss.)
+        let mut candidates = (in_first >> 7) | (in_second >> 3);
+        while candidates != 0 {
+            let bit = candidates.trailing_zeros();
+            candidates &= candidates - 1;
+            let bucket = if bit & 4 == 0 { first } else { second };
+            let i = (bit >> 3) as usize;
+            if let Some(word) = validate(bucket, i, home.fp) {
+                return Some((bucket, i, word));
+            }
         }
-        if home.second == home.first {
-            return None;
-        }
-        find_in(&self.buckets[home.second], home.fp)
+        None
     }
 
-    fn create(&self, home: &Home, now: u64, new_tat: u64, when_full: WhenFull) -> Created {
-        let _lock = self.lock(home.first);
-        // A racing creator of the same key may have finished while we waited: the lock's
-        // Acquire makes its binding visible here.
-        if self.find(home).is_some() {
-            return Created::Exists;
-        }
-        let mut round = 0;
-        loop {
-            // Two-choice placement: the candidate bucket with more free slots (EMPTY or
-            // recovered) takes the key, the home bucket on a tie; the least indebted live slot
-            // of either is the victim of last resort.
-            let mut least: Option<(&Slot, u64, u64)> = None;
-            let first = scan(&self.buckets[home.first], now, &mut least);
-            let second = if home.second == home.first {
-                Scan::default()
-            } else {
-                scan(&self.buckets[home.second], now, &mut least)
-            };
-            let free = if second.free > first.free {
-                second.slot
-            } else {
-                first.slot
-            };
-            let (slot, word, forced) = match (free, least) {
-                (Some((slot, word)), _) => (slot, word, false),
-                (None, Some((slot, word, tat))) => match when_full {
-                    WhenFull::Evict => (slot, word, true),
-                    WhenFull::Deny => {
-                        // Relaxed: counters are statistics; they order nothing.
-                        self.shard(home).turned_away.fetch_add(1, Ordering::Relaxed);
-                        return Created::TurnedAway(tat - now);
-                    }
-                    WhenFull::Allow => {
-                        // Relaxed: a statistic, as above.
-                        self.shard(home).untracked.fetch_add(1, Ordering::Relaxed);
-                        return Created::Untracked;
-                    }
-                },
-                (None, None) => {
-                    // Every candidate is being rebound by other creators this instant.
-                    spin(round);
-                    round += 1;
-                    continue;
-                }
-            };
-            let gen = state::gen_of(word);
-            // Winning this CAS is what matters (an update or another creator that got there
-            // first makes it fail); ordering for readers comes from the Release key store below.
-            // Acquire on success: pairs with the Release store (or update/reset CAS) of the word
-            // we replace, so the previous binding's key store happens before ours and ours is
-            // the later one in the key word's order. Creators under different locks (home
-            // buckets) share no other ordering; with Relaxed the old key could land last and
-            // pair with our funnel (loom model 4a).
-            if slot
-                .state
-                .compare_exchange(
-                    word,
-                    state::reserved(gen),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-            {
-                continue; // the slot moved; choose again
-            }
-            // Release: a reader that Acquire-loads this key also sees RESERVED (or newer) in the
-            // state word, so it cannot pair the new key with the evicted funnel.
-            slot.key.store(home.fp, Ordering::Release);
-            // Release: publishes the key store above to readers that Acquire-load this word.
-            slot.state.store(
-                state::live(state::next_gen(gen), new_tat),
-                Ordering::Release,
-            );
-            let shard = self.shard(home);
-            let counter = match state::decode(word) {
-                SlotState::Empty => &shard.keys,
-                _ if forced => &shard.forced,
-                _ => &shard.recovered,
-            };
-            // Relaxed: a statistic; readers sum shards without ordering.
-            counter.fetch_add(1, Ordering::Relaxed);
-            return Created::Bound;
-        }
-    }
-
-    fn lock(&self, bucket: usize) -> CreationLock<'_> {
-        let lock = &self.locks[bucket];
-        let mut round = 0;
-        loop {
-            // Acquire: pairs with the Release in `CreationLock::drop`, so the previous
-            // holder's bindings are visible to our rescan.
-            if lock
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return CreationLock(lock);
-            }
-            // Relaxed: only a hint to retry; the CAS above is what acquires.
-            while lock.load(Ordering::Relaxed) {
-                spin(round);
-                round += 1;
-            }
+    /// Starts loading both candidate buckets of `home` (both lines of each) without waiting
+    /// for them, so that a batch of lookups overlaps its cache misses.
+    #[inline]
+    pub(crate) fn prefetch(&self, home: &Home) {
+        for b in [home.first, home.second] {
+            let bucket = &self.buckets[b];
+            // Relaxed: the values are discarded; only the cache lines matter.
+            std::hint::black_box(bucket.tags.load(Ordering::Relaxed));
+            std::hint::black_box(bucket.words[0].load(Ordering::Relaxed));
         }
     }
 
@@ -529,11 +424,12 @@ impl Table {
         let mut seen = std::collections::HashMap::new();
         let mut bound = 0usize;
         for (b, bucket) in self.buckets.iter().enumerate() {
-            for (i, slot) in bucket.slots.iter().enumerate() {
-                // Acquire: the table is at rest (caller's contract); Acquire makes the last
-                // writers' stores visible even if they ran on other threads.
-                let word = slot.state.load(Ordering::Acquire);
-                let key = slot.key.load(Ordering::Acquire);
+            // Acquire: the table is at rest (caller's contract); Acquire makes the last
+            // writers' stores visible even if they ran on other threads.
+            let tags = bucket.tags.load(Ordering::Acquire);
+            for i in 0..SLOTS_PER_BUCKET {
+                let word = bucket.words[i].load(Ordering::Acquire);
+                let key = bucket.keys[i].load(Ordering::Acquire);
                 match state::decode(word) {
                     SlotState::Empty if key == 0 => {}
                     SlotState::Empty => {
@@ -544,6 +440,9 @@ impl Table {
                         bound += 1;
                         if tat > state::MAX_TAT {
                             return Err(format!("slot {b}.{i} has TAT {tat} beyond range"));
+                        }
+                        if (tags >> (8 * i)) & 0xFF != tag_of(key) {
+                            return Err(format!("slot {b}.{i} has a tag that is not its key's"));
                         }
                         let home = self.home(key);
                         if b != home.first && b != home.second {
@@ -569,76 +468,35 @@ impl Table {
     }
 }
 
-/// Free slots of one candidate bucket, as seen by a creator.
-#[derive(Default)]
-struct Scan<'a> {
-    /// How many slots are EMPTY or recovered.
-    free: usize,
-    /// The one to take, with the word it was seen holding: the first EMPTY slot if any (so a
-    /// recovered key keeps its slot while there is room, and need not be created again on its
-    /// next request), else the first recovered one.
-    slot: Option<(&'a Slot, u64)>,
-}
-
-/// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live slot.
-fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<(&'a Slot, u64, u64)>) -> Scan<'a> {
-    let mut found = Scan::default();
-    for slot in &bucket.slots {
-        // Relaxed: the creator's CAS validates whatever slot it picks.
-        let word = slot.state.load(Ordering::Relaxed);
-        match state::decode(word) {
-            SlotState::Empty => {
-                if !matches!(found.slot, Some((_, w)) if w == state::EMPTY) {
-                    found.slot = Some((slot, word));
-                }
-            }
-            SlotState::Live { tat, .. } if tat <= now => {
-                found.slot.get_or_insert((slot, word));
-            }
-            SlotState::Live { tat, .. } => {
-                if least.is_none_or(|(_, _, min)| tat < min) {
-                    *least = Some((slot, word, tat));
-                }
-                continue;
-            }
-            SlotState::Reserved => continue,
-        }
-        found.free += 1;
-    }
-    found
-}
-
-/// The live slot of `bucket` bound to `fp`, with its validated funnel word.
+/// Validates slot `i` of `bucket` as bound to `fp`, returning its funnel word: the key, then
+/// the word, then the key again (`docs/DESIGN.md`, "The slot protocol", reader steps 2-4).
 #[inline]
-fn find_in(bucket: &Bucket, fp: u64) -> Option<(&Slot, u64)> {
-    for slot in &bucket.slots {
-        // Relaxed: only a filter; a match is validated below. A stale miss sends us to the
-        // creation path, whose locked rescan sees every completed binding.
-        if slot.key.load(Ordering::Relaxed) != fp {
-            continue;
-        }
-        // Acquire: pairs with the Release store that published this word's binding (create)
-        // or the Release CAS of a later update, so the key load below reads that binding's key
-        // or a newer one.
-        let word = slot.state.load(Ordering::Acquire);
-        if !matches!(state::decode(word), SlotState::Live { .. }) {
-            continue; // EMPTY, or RESERVED: being rebound, its key word is not to be trusted
-        }
-        // Acquire: if this reads the key of a rebind that began after `word`, it pairs with that
-        // rebind's Release key store, so our later validation of `word` (the CAS in `charge`,
-        // or its re-load) sees RESERVED or newer and fails.
-        if slot.key.load(Ordering::Acquire) == fp {
-            return Some((slot, word));
-        }
+fn validate(bucket: &Bucket, i: usize, fp: u64) -> Option<u64> {
+    // Acquire: if this reads the key store of the binding that bound `fp` here, it pairs with
+    // that Release store, which follows the binding's RESERVED CAS: the word load below then
+    // sees RESERVED or newer, never the funnel that binding evicted.
+    if bucket.keys[i].load(Ordering::Acquire) != fp {
+        return None;
     }
-    None
+    // Acquire: pairs with the Release LIVE store that published this word's binding (or the
+    // Release CAS of a later update), so the key re-load below sees that binding's key or a
+    // newer one.
+    let word = bucket.words[i].load(Ordering::Acquire);
+    if word == state::EMPTY || word & state::TAT_MASK == state::TAT_MASK {
+        return None; // RESERVED: being rebound (EMPTY cannot follow a bound key; kept for clarity)
+    }
+    // Acquire: if `word` belongs to a later binding than the key loaded first, this sees that
+    // binding's key (or a newer one): a key other than `fp`, unless the slot was rebound to
+    // `fp` yet again in between (the double-rebind residual, DESIGN.md).
+    (bucket.keys[i].load(Ordering::Acquire) == fp).then_some(word)
 }
 
-/// Charges a request to the live `slot` whose validated word is `word`. `None` when the slot
-/// was rebound to another key meanwhile (the caller looks the key up again).
+/// Charges a request to slot `i` of `bucket`, whose validated word is `word`. `None` when the
+/// slot was rebound to another key meanwhile (the caller looks the key up again).
 #[inline]
 fn charge(
-    slot: &Slot,
+    bucket: &Bucket,
+    i: usize,
     mut word: u64,
     fp: u64,
     now: u64,
@@ -650,46 +508,29 @@ fn charge(
             return None;
         };
         let (decision, write) = gcra::decide(tat, now, quota, n);
-        let current = match write {
-            None => {
-                // A denial or a peek writes nothing, but must still prove that `word` belonged
-                // to our key: re-read it. Acquire: if it changed, the key re-check below must
-                // see the binding of the new word.
-                let current = slot.state.load(Ordering::Acquire);
-                if current == word {
-                    return Some(decision);
-                }
-                current
-            }
-            Some(new_tat) => {
-                // Release on success: readers that Acquire this word see our key load's
-                // binding (transitively, the creator's key store). Acquire on failure: as the
-                // re-load above.
-                match slot.state.compare_exchange_weak(
-                    word,
-                    state::live(gen, new_tat),
-                    Ordering::Release,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return Some(decision),
-                    Err(current) => current,
-                }
-            }
+        let Some(new_tat) = write else {
+            // A denial or a peek writes nothing, and needs no second read: `word` was this
+            // key's funnel when it was loaded (DESIGN.md, "A denial reads one word").
+            return Some(decision);
         };
-        // The word moved: a concurrent update of our key (retry with it) or a rebind (give up).
-        // Acquire: as in `find`.
-        if slot.key.load(Ordering::Acquire) != fp {
-            return None;
+        // Release on success: readers that Acquire this word see our binding's key
+        // (transitively, the creator's key store). Acquire on failure: as the word load in
+        // `validate`, for the key re-check below.
+        match bucket.words[i].compare_exchange_weak(
+            word,
+            state::live(gen, new_tat),
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Some(decision),
+            Err(current) => {
+                // The word moved: a concurrent update of our key (retry with it) or a rebind
+                // (give up). Acquire: as the key re-load in `validate`.
+                if bucket.keys[i].load(Ordering::Acquire) != fp {
+                    return None;
+                }
+                word = current;
+            }
         }
-        word = current;
-    }
-}
-
-struct CreationLock<'a>(&'a AtomicBool);
-
-impl Drop for CreationLock<'_> {
-    fn drop(&mut self) {
-        // Release: pairs with the Acquire in `Table::lock`.
-        self.0.store(false, Ordering::Release);
     }
 }

@@ -15,15 +15,29 @@ use std::time::Duration;
 
 use funnel::{Funnel, Limiter, Quota, Timestamp};
 
+/// Decides `rounds` passes of `n` keys, visiting the keys in a pseudo-random order fixed in
+/// advance (as a proxy sees them), so branch predictors cannot learn the order.
 #[inline(never)]
-fn decide_all<F: Fn(usize) -> bool>(n: usize, rounds: usize, f: F) -> usize {
+fn decide_all<F: Fn(usize) -> bool>(order: &[u32], rounds: usize, f: F) -> usize {
     let mut allowed = 0;
     for _ in 0..rounds {
-        for i in 0..n {
-            allowed += usize::from(f(i));
+        for &i in order {
+            allowed += usize::from(f(i as usize));
         }
     }
     allowed
+}
+
+fn random_order(n: usize) -> Vec<u32> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((u128::from(x) * n as u128) >> 64) as u32
+        })
+        .collect()
 }
 
 fn main() {
@@ -43,6 +57,7 @@ fn main() {
     let keys: Vec<u64> = (0..n as u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .collect();
+    let order = random_order(n);
     let allowed = match kind {
         "str" => {
             let skeys: Vec<String> = keys.iter().map(|k| format!("user:{k}")).collect();
@@ -53,13 +68,13 @@ fn main() {
             for k in &skeys {
                 l.check_at(k, now);
             }
-            decide_all(n, rounds, |i| {
+            decide_all(&order, rounds, |i| {
                 l.check_at(black_box(&skeys[i]), now).is_allowed()
             })
         }
         "funnel" => {
             let f = Funnel::new(quota);
-            decide_all(n, rounds, |_| black_box(&f).check_at(now).is_allowed())
+            decide_all(&order, rounds, |_| black_box(&f).check_at(now).is_allowed())
         }
         _ => {
             let l = Limiter::<u64>::builder(quota)
@@ -69,7 +84,7 @@ fn main() {
             for k in &keys {
                 l.check_at(k, now);
             }
-            decide_all(n, rounds, |i| {
+            decide_all(&order, rounds, |i| {
                 l.check_at(black_box(&keys[i]), now).is_allowed()
             })
         }

@@ -16,7 +16,7 @@
 //!
 //! Each ordering and each step of the protocol is pinned by at least one model: weakening any
 //! of the Acquire/Release accesses in `table.rs` to Relaxed, dropping the creation lock, the
-//! locked rescan, the RESERVED state, either key re-check, the denial's re-load or the rebind's
+//! locked rescan, the RESERVED state, either key check around the word load, or the rebind's
 //! generation bump makes at least one model fail, at a preemption bound of 2 already. (A reset
 //! keeps the generation; `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins
 //! why that is right. The one ignored model reproduces the known forced-eviction ABA residual.)
@@ -32,8 +32,10 @@ use crate::state::{self, SlotState};
 use crate::table::{Table, WhenFull, SLOTS_PER_BUCKET};
 
 /// Hashes chosen by hand. In a one-bucket table every key lives in bucket 0; in a two-bucket
-/// table an even hash has home bucket 0 (its creation lock) and an odd one home bucket 1, and
+/// table a hash whose top bit is clear has home bucket 0 (its creation lock) and one whose top
+/// bit is set home bucket 1 (`Table::home` maps a hash onto the buckets by its top bits), and
 /// every key has both buckets as candidates (two-choice placement puts it in the emptier one).
+/// Their low bytes, the tags, all differ.
 const A: u64 = 0xA0;
 const B: u64 = 0xB0;
 const C: u64 = 0xC0;
@@ -41,9 +43,10 @@ const D: u64 = 0xD0;
 const X: u64 = 0x10;
 const Y: u64 = 0x20;
 const Z: u64 = 0x30;
-/// Odd hashes: home bucket 1 of a two-bucket table, so the other creation lock.
-const D_ODD: u64 = D | 1;
-const ODD: [u64; 4] = [0x11, 0x21, 0x31, 0x41];
+/// Top bit set: home bucket 1 of a two-bucket table, so the other creation lock.
+const HIGH: u64 = 1 << 63;
+const D_ODD: u64 = D | 1 | HIGH;
+const ODD: [u64; 4] = [0x11 | HIGH, 0x21 | HIGH, 0x31 | HIGH, 0x41 | HIGH];
 
 /// Runs a model at a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS` says otherwise, and
 /// prints how many executions loom explored (visible with `--nocapture`). Loom's partial-order
@@ -216,8 +219,10 @@ fn a_stale_update_cannot_land_on_a_key_that_evicted_its_funnel_with_the_same_tat
 /// Model 2c: a request for a key racing that key's own creation, which evicts a deeply
 /// indebted funnel. The request may see the slot with the new key word while its funnel word
 /// is still the evicted one; its decision must never be taken on that funnel (it would be
-/// refused: the evicted key owes more than the whole burst). Pins the Release key store, the
-/// Acquire key re-load and the validating re-load of a denial.
+/// refused: the evicted key owes more than the whole burst). Pins the Release key store and
+/// the Acquire key load *before* the word load, which is what lets a denial answer from the
+/// single word it read (DESIGN.md, "A denial reads one word"): without that load, or with it
+/// Relaxed, this model fails.
 #[test]
 fn a_request_racing_its_keys_creation_is_never_decided_on_the_evicted_funnel() {
     model(|| {

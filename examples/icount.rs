@@ -8,7 +8,10 @@
 //! ```
 //!
 //! The collected total divided by `keys * rounds` is the cost of one decision (caller-supplied
-//! time, so no clock read is counted). `funnel` runs the single-key `Funnel` for comparison.
+//! time, so no clock read is counted). `funnel` runs the single-key `Funnel` for comparison;
+//! `batch` runs `u64` keys through `check_batch_at`, 32 keys a call (its time line is then per
+//! call: divide by 32). The time printed is wall time, which only means something on an idle
+//! machine; the instruction counts mean something anywhere.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -19,13 +22,23 @@ use funnel::{Funnel, Limiter, Quota, Timestamp};
 /// advance (as a proxy sees them), so branch predictors cannot learn the order.
 #[inline(never)]
 fn decide_all<F: Fn(usize) -> bool>(order: &[u32], rounds: usize, f: F) -> usize {
+    let started = std::time::Instant::now();
     let mut allowed = 0;
     for _ in 0..rounds {
         for &i in order {
             allowed += usize::from(f(i as usize));
         }
     }
+    let per = started.elapsed().as_nanos() as f64 / (order.len() * rounds) as f64;
+    eprintln!("{per:.1} ns per decision (wall time)");
     allowed
+}
+
+/// [`decide_all`] over positions `0..len` of a stream already in visiting order.
+#[inline(never)]
+fn decide_all_stream<F: Fn(usize) -> bool>(len: usize, rounds: usize, f: F) -> usize {
+    let positions: Vec<u32> = (0..len as u32).collect();
+    decide_all(&positions, rounds, f)
 }
 
 fn random_order(n: usize) -> Vec<u32> {
@@ -71,6 +84,28 @@ fn main() {
             decide_all(&order, rounds, |i| {
                 l.check_at(black_box(&skeys[i]), now).is_allowed()
             })
+        }
+        "batch" => {
+            // u64 keys through `check_batch_at`, 32 keys a call.
+            let l = Limiter::<u64>::builder(quota)
+                .capacity(n * 3 / 2)
+                .build()
+                .unwrap();
+            for k in &keys {
+                l.check_at(k, now);
+            }
+            let stream: Vec<u64> = order.iter().map(|&i| keys[i as usize]).collect();
+            let chunks: Vec<&[u64]> = stream.chunks(32).collect();
+            let out = std::cell::RefCell::new(Vec::with_capacity(32));
+            let allowed = std::cell::Cell::new(0);
+            decide_all_stream(chunks.len(), rounds, |j| {
+                let mut out = out.borrow_mut();
+                out.clear();
+                l.check_batch_at(black_box(chunks[j]), now, &mut out);
+                allowed.set(allowed.get() + out.iter().filter(|d| d.is_allowed()).count());
+                true
+            });
+            allowed.get()
         }
         "funnel" => {
             let f = Funnel::new(quota);

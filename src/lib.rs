@@ -47,7 +47,7 @@
 //! * `state` — the bit layout of the packed word;
 //! * `table` — the slot protocol and lazy eviction (see `docs/DESIGN.md`);
 //! * [`Limiter`], [`Funnel`] — the public layer; [`replay`] — CL.THROTTLE traffic replay.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod clock;

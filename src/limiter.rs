@@ -153,10 +153,11 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         now: Timestamp,
         out: &mut Vec<Decision>,
     ) {
-        /// How many keys ahead the batch hashes and loads: enough to cover a memory miss with
-        /// the work of the decisions in between, few enough that the lines are still cached
-        /// when their turn comes.
-        const AHEAD: usize = 8;
+        /// How far ahead the batch hashes keys and prefetches their buckets: enough decisions
+        /// in between to cover a memory miss, few enough that the lines are still cached when
+        /// their turn comes. At 10 M keys: 21 ns a decision at 32, 26 ns at 16, 35 ns at 8,
+        /// 45 ns at 4 (`examples/icount.rs`, batch mode).
+        const AHEAD: usize = 32;
         let home = |key: &Q| self.table.home(self.hasher.hash_one(key.borrow()));
         out.reserve(keys.len());
         let mut ahead = [Home::default(); AHEAD];

@@ -17,6 +17,7 @@
 
 mod bucket;
 mod create;
+mod prefetch;
 
 use std::sync::atomic::AtomicU64 as StatCounter;
 
@@ -385,14 +386,13 @@ impl Table {
     }
 
     /// Starts loading both candidate buckets of `home` (both lines of each) without waiting
-    /// for them, so that a batch of lookups overlaps its cache misses.
+    /// for them, so that a batch of lookups overlaps its cache misses (`prefetch.rs`).
     #[inline]
     pub(crate) fn prefetch(&self, home: &Home) {
         for b in [home.first, home.second] {
             let bucket = &self.buckets[b];
-            // Relaxed: the values are discarded; only the cache lines matter.
-            std::hint::black_box(bucket.tags.load(Ordering::Relaxed));
-            std::hint::black_box(bucket.words[0].load(Ordering::Relaxed));
+            prefetch::prefetch(&bucket.tags);
+            prefetch::prefetch(&bucket.words[0]);
         }
     }
 

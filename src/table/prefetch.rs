@@ -1,0 +1,34 @@
+//! Software prefetch: asks the CPU to start loading a cache line without waiting for it, so
+//! that a batch of lookups overlaps the memory misses of different keys.
+//!
+//! The crate's only `unsafe`. It buys a measured win: at 10 M keys, `check_batch_at` decided in
+//! about 21 ns a key with a prefetch instruction against about 104 ns with plain loads whose
+//! values are dropped (those block retirement until the line arrives, so only a few misses
+//! overlap), and about 200 ns for single `check_at` calls (`examples/icount.rs`, the `batch`
+//! and `u64` modes, `deny`, 10,000,000 keys; docs/DESIGN.md).
+
+use crate::sync::AtomicU64;
+
+/// Starts loading the cache line holding `word` into every cache level.
+#[inline(always)]
+pub(crate) fn prefetch(word: &AtomicU64) {
+    #[cfg(all(target_arch = "x86_64", not(funnel_loom)))]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: `_mm_prefetch` is `unsafe` only because it is a `#[target_feature(enable =
+        // "sse")]` intrinsic, and SSE is part of the x86_64 baseline, so every x86_64 CPU has
+        // it. The instruction itself reads no memory that the program can observe, cannot
+        // fault (a hint on an invalid address is dropped), and writes nothing; here the
+        // address is moreover that of a live `AtomicU64` borrowed for the whole call.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(word).cast::<i8>());
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(funnel_loom))))]
+    {
+        // Elsewhere, a plain load whose value is dropped (kept by `black_box`): it overlaps
+        // fewer misses, but needs no `unsafe`. Relaxed: the value is not used.
+        std::hint::black_box(word.load(crate::sync::Ordering::Relaxed));
+    }
+}

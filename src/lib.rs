@@ -10,7 +10,7 @@
 //!
 //! * **One word per funnel.** A funnel is one `AtomicU64` holding its theoretical arrival time
 //!   (GCRA); an allowed request is one compare-and-swap, a denied one is loads only.
-//! * **Bounded memory.** [`Limiter`] keeps funnels in a fixed table of 16-byte slots. A funnel
+//! * **Bounded memory.** [`Limiter`] keeps funnels in a fixed table of 18-byte slots. A funnel
 //!   that has fully drained is the same as an absent one, so its slot is reused lazily; a flood
 //!   of new keys never grows memory, and the default eviction victim is the funnel whose loss
 //!   admits the fewest extra requests.

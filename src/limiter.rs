@@ -11,14 +11,14 @@ use crate::error::Error;
 use crate::quota::Quota;
 use crate::table::{Home, Stats, Table, Updated, WhenFull};
 
-/// The capacity of [`Limiter::new`]: 65,536 keys in a 1 MiB table.
+/// The capacity of [`Limiter::new`]: 65,536 keys (65,541 slots, a 1.2 MB table).
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
 
 /// A keyed funnel limiter with bounded memory: each key (client IP, token, `user:action`) gets
 /// its own funnel in one `AtomicU64`, inside a table whose size is fixed when it is built.
 ///
 /// * Keys are stored as 64-bit fingerprints of a randomly seeded [`ahash`] hash, so a slot is
-///   16 bytes whatever the key type, and attackers cannot aim keys at a bucket. Two keys whose
+///   about 18 bytes whatever the key type, and attackers cannot aim keys at a bucket. Two keys whose
 ///   fingerprints collide share one funnel (stricter, never looser); with `n` keys tracked the
 ///   odds that any pair collides are about `n² / 2^65` (3 in 100 million at a million keys).
 /// * A funnel that has fully drained is the same as an absent one, so its slot is reused by
@@ -70,7 +70,7 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
     pub fn new(quota: Quota) -> Self {
         Builder::new(quota)
             .build()
-            .expect("the default capacity is valid and small") // 1 MiB; only OOM could fail
+            .expect("the default capacity is valid and small") // 1.2 MB; only OOM could fail
     }
 
     /// A builder, to set the capacity, clock, hasher seed or [`WhenFull`] policy.
@@ -265,7 +265,8 @@ impl<K: ?Sized, C> Limiter<K, C> {
         self.len() == 0
     }
 
-    /// How many keys the table can hold (the requested capacity rounded up to a power of two).
+    /// How many keys the table can hold: the requested capacity rounded up to a whole bucket
+    /// of seven slots.
     pub fn capacity(&self) -> usize {
         self.table.capacity()
     }
@@ -355,7 +356,8 @@ impl<K: ?Sized> Builder<K, DefaultClock> {
 }
 
 impl<K: ?Sized, C: Clock> Builder<K, C> {
-    /// Room for at least `max_keys` keys, rounded up to a power of two; 16 bytes per slot.
+    /// Room for at least `max_keys` keys, rounded up to a whole bucket of seven slots; a
+    /// 128-byte bucket per seven slots (18.3 bytes a slot).
     pub fn capacity(mut self, max_keys: usize) -> Self {
         self.capacity = max_keys;
         self

@@ -143,7 +143,7 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// A table with room for at least `capacity` keys (rounded up to a power of two of buckets).
+    /// A table with room for at least `capacity` keys (rounded up to a whole bucket).
     pub(crate) fn with_capacity(capacity: usize) -> Result<Table, Error> {
         if capacity == 0 {
             return Err(Error::ZeroCapacity);

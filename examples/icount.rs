@@ -7,7 +7,8 @@
 //!     target/release/examples/icount [keys] [rounds] [allow|deny] [u64|str|funnel]
 //! ```
 //!
-//! The collected total divided by `keys * rounds` is the cost of one decision (caller-supplied
+//! The collected total divided by `max(keys, 2^20) * rounds` (the stream length times the
+//! rounds) is the cost of one decision (caller-supplied
 //! time, so no clock read is counted). `funnel` runs the single-key `Funnel` for comparison;
 //! `batch` runs `u64` keys through `check_batch_at`, 32 keys a call (its time line is then per
 //! call: divide by 32). The time printed is wall time, which only means something on an idle
@@ -18,8 +19,8 @@ use std::time::Duration;
 
 use funnel::{Funnel, Limiter, Quota, Timestamp};
 
-/// Decides `rounds` passes of `n` keys, visiting the keys in a pseudo-random order fixed in
-/// advance (as a proxy sees them), so branch predictors cannot learn the order.
+/// Decides `rounds` passes over `order`, a pseudo-random stream of key indices fixed in advance
+/// (as a proxy sees them).
 #[inline(never)]
 fn decide_all<F: Fn(usize) -> bool>(order: &[u32], rounds: usize, f: F) -> usize {
     let started = std::time::Instant::now();
@@ -41,9 +42,11 @@ fn decide_all_stream<F: Fn(usize) -> bool>(len: usize, rounds: usize, f: F) -> u
     decide_all(&positions, rounds, f)
 }
 
+/// `max(n, 2^20)` keys drawn uniformly from `0..n`: long enough that a branch predictor
+/// cannot learn the sequence by heart (a 1,000-key order repeated every round would let it).
 fn random_order(n: usize) -> Vec<u32> {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
-    (0..n)
+    (0..n.max(1 << 20))
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
@@ -70,12 +73,17 @@ fn main() {
     let keys: Vec<u64> = (0..n as u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .collect();
+    // The table's capacity: 1.5 x the keys unless ICOUNT_CAPACITY says otherwise.
+    let capacity = std::env::var("ICOUNT_CAPACITY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(n * 3 / 2);
     let order = random_order(n);
     let allowed = match kind {
         "str" => {
             let skeys: Vec<String> = keys.iter().map(|k| format!("user:{k}")).collect();
             let l = Limiter::<str>::builder(quota)
-                .capacity(n * 3 / 2)
+                .capacity(capacity)
                 .build()
                 .unwrap();
             for k in &skeys {
@@ -88,7 +96,7 @@ fn main() {
         "batch" => {
             // u64 keys through `check_batch_at`, 32 keys a call.
             let l = Limiter::<u64>::builder(quota)
-                .capacity(n * 3 / 2)
+                .capacity(capacity)
                 .build()
                 .unwrap();
             for k in &keys {
@@ -113,7 +121,7 @@ fn main() {
         }
         _ => {
             let l = Limiter::<u64>::builder(quota)
-                .capacity(n * 3 / 2)
+                .capacity(capacity)
                 .build()
                 .unwrap();
             for k in &keys {
@@ -124,5 +132,5 @@ fn main() {
             })
         }
     };
-    println!("{allowed} of {} allowed", n * rounds);
+    println!("{allowed} of {} allowed", order.len() * rounds);
 }

@@ -113,7 +113,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     }
 
     /// [`throttle`](Self::throttle) at the caller's `now`: where every decision happens.
-    #[inline(always)]
+    #[inline]
     pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
         let home = self.table.home(self.hasher.hash_one(key));
         self.table

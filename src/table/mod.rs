@@ -181,7 +181,7 @@ impl Table {
     }
 
     /// Where the key with this 64-bit hash lives.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn home(&self, hash: u64) -> Home {
         let fp = if hash == 0 { 1 } else { hash };
         // Buckets come from `fp`, not `hash`: keys of one fingerprint are one key, and must

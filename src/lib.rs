@@ -78,3 +78,12 @@ pub use table::{Stats, WhenFull, MAX_CAPACITY};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// Policies beyond one limit per request: several limits all or nothing, settle-later costs,
+// near-limit signals, live reconfiguration, window algorithms.
+mod multi;
+
+pub use multi::{check_all, Charge, Cost, MultiDecision};
+
+#[cfg(all(test, funnel_loom))]
+mod loom_models_multi;

@@ -87,3 +87,9 @@ pub use multi::{check_all, Charge, Cost, MultiDecision};
 
 #[cfg(all(test, funnel_loom))]
 mod loom_models_multi;
+
+mod near;
+mod settle;
+
+pub use near::NearLimit;
+pub use settle::{Reservation, Settled};

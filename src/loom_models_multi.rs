@@ -130,3 +130,29 @@ fn a_rolled_back_charge_only_makes_a_concurrent_request_stricter() {
         assert_eq!(charged(&own, &1), 1);
     });
 }
+
+/// Two reservations of 2 on one key of limit 3, settled concurrently, one down to 1 and one up
+/// to 3: whatever the interleaving, the funnel ends holding exactly the actual costs of the
+/// admitted ones (a settle-down never takes back another's charge, a settle-up is never lost).
+#[test]
+fn concurrent_settles_leave_exactly_the_actual_costs() {
+    model(|| {
+        let users = limiter::<u64>(3);
+        let reserve_and_settle = |users: &Limiter<u64, ManualClock>, actual: u64| {
+            let r = users.reserve_at(&1, &quota(3), 2, now());
+            if !r.is_allowed() {
+                return 0;
+            }
+            users.settle_at(&1, &r, actual, now());
+            actual
+        };
+        let other = {
+            let users = users.clone();
+            thread::spawn(move || reserve_and_settle(&users, 3))
+        };
+        let mine = reserve_and_settle(&users, 1);
+        let theirs = other.join().unwrap();
+        assert!(mine + theirs > 0, "the first reservation always fits");
+        assert_eq!(charged(&users, &1), mine + theirs);
+    });
+}

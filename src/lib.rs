@@ -93,3 +93,7 @@ mod settle;
 
 pub use near::NearLimit;
 pub use settle::{Reservation, Settled};
+
+mod live;
+
+pub use live::{LiveLimiter, LiveQuota};

@@ -156,3 +156,36 @@ fn concurrent_settles_leave_exactly_the_actual_costs() {
         assert_eq!(charged(&users, &1), mine + theirs);
     });
 }
+
+/// A reader loads a live quota twice while a writer replaces it twice (the second replacement
+/// rewrites the slot the first reads came from): every load is one whole quota, never a mix of
+/// two, and never older than the load before it.
+#[test]
+fn a_live_quota_is_never_read_torn() {
+    use crate::live::LiveQuota;
+    // Distinct intervals and limits, so a mix of two shows.
+    let quotas = [
+        quota(1),
+        Quota::new(1, 1, Duration::from_nanos(2 * T)).unwrap(),
+        Quota::new(2, 1, Duration::from_nanos(3 * T)).unwrap(),
+    ];
+    model(move || {
+        let cell = Arc::new(LiveQuota::new(quotas[0]));
+        let writer = {
+            let cell = cell.clone();
+            thread::spawn(move || {
+                cell.store(quotas[1]);
+                cell.store(quotas[2]);
+            })
+        };
+        let seen = [cell.load(), cell.load()].map(|q| {
+            quotas
+                .iter()
+                .position(|x| *x == q)
+                .unwrap_or_else(|| panic!("torn read {q:?}"))
+        });
+        assert!(seen[0] <= seen[1], "went back in time: {seen:?}");
+        writer.join().unwrap();
+        assert_eq!(cell.load(), quotas[2]);
+    });
+}

@@ -97,3 +97,5 @@ pub use settle::{Reservation, Settled};
 mod live;
 
 pub use live::{LiveLimiter, LiveQuota};
+
+pub mod window;

@@ -120,8 +120,9 @@ impl LiveQuota {
 /// assert!(live.check("k").is_allowed());
 /// assert!(!live.check("k").is_allowed());
 /// live.set_quota(Quota::per_second(4)?); // 4 per second now, T = 250 ms
-/// // The key's debt (1 s of drain) is kept: 2 of the 4 units are in use.
-/// assert_eq!(live.check("k").remaining(), 1);
+/// // The key's debt, 1 s of drain, is kept as time: all 4 new units, so it waits one interval.
+/// assert_eq!(live.check("k").retry_after(), Some(Duration::from_millis(250)));
+/// assert_eq!(live.check("fresh").remaining(), 3);
 /// // A premium key gets a quota of its own, from the key alone.
 /// let premium = |key: &str, q: Quota| if key.starts_with("vip:") { q.with_limit(100).unwrap() } else { q };
 /// assert_eq!(live.check_with("vip:ada", 1, premium).remaining(), 99);

@@ -173,8 +173,61 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiDecision {
-    decisions: Vec<Decision>,
+    decisions: Decisions,
     denied_by: Option<usize>,
+}
+
+/// Entries kept inline without an allocation (a request rarely has more limits).
+const INLINE: usize = 4;
+
+/// One decision per entry: inline up to [`INLINE`] entries, on the heap beyond.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Decisions {
+    Inline {
+        len: usize,
+        items: [Decision; INLINE],
+    },
+    Heap(Vec<Decision>),
+}
+
+impl Decisions {
+    fn with_capacity(n: usize) -> Decisions {
+        if n <= INLINE {
+            // A placeholder, never read: `len` counts the items written.
+            let blank = Decision::new(Outcome::Allowed, 1, 1, 0, 0);
+            Decisions::Inline {
+                len: 0,
+                items: [blank; INLINE],
+            }
+        } else {
+            Decisions::Heap(Vec::with_capacity(n))
+        }
+    }
+
+    /// Appends; the caller never pushes more than the capacity it asked for.
+    fn push(&mut self, d: Decision) {
+        match self {
+            Decisions::Inline { len, items } => {
+                items[*len] = d;
+                *len += 1;
+            }
+            Decisions::Heap(v) => v.push(d),
+        }
+    }
+
+    fn as_slice(&self) -> &[Decision] {
+        match self {
+            Decisions::Inline { len, items } => &items[..*len],
+            Decisions::Heap(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Decision] {
+        match self {
+            Decisions::Inline { len, items } => &mut items[..*len],
+            Decisions::Heap(v) => v,
+        }
+    }
 }
 
 impl MultiDecision {
@@ -191,15 +244,15 @@ impl MultiDecision {
     /// One decision per entry, in the order given (see the type's documentation for what
     /// each holds when denied).
     pub fn decisions(&self) -> &[Decision] {
-        &self.decisions
+        self.decisions.as_slice()
     }
 
     /// The decision to build response headers from: the denial when denied, otherwise the
     /// entry with the fewest units remaining (the first of equals). `None` for no entries.
     pub fn strictest(&self) -> Option<&Decision> {
         match self.denied_by {
-            Some(i) => self.decisions.get(i),
-            None => self.decisions.iter().min_by_key(|d| d.remaining()),
+            Some(i) => self.decisions().get(i),
+            None => self.decisions().iter().min_by_key(|d| d.remaining()),
         }
     }
 }
@@ -235,7 +288,7 @@ impl MultiDecision {
 /// # Ok::<(), funnel::Error>(())
 /// ```
 pub fn check_all(limits: &[&dyn Charge], now: Timestamp) -> MultiDecision {
-    let mut decisions = Vec::with_capacity(limits.len());
+    let mut decisions = Decisions::with_capacity(limits.len());
     for (i, limit) in limits.iter().enumerate() {
         let decision = limit.charge(now);
         if decision.is_allowed() {
@@ -243,11 +296,14 @@ pub fn check_all(limits: &[&dyn Charge], now: Timestamp) -> MultiDecision {
             continue;
         }
         // Roll back the earlier charges, latest first, and report what each would answer now.
+        let charged = decisions.as_mut_slice();
         for (j, earlier) in limits[..i].iter().enumerate().rev() {
-            decisions[j] = earlier.undo(&decisions[j], now);
+            charged[j] = earlier.undo(&charged[j], now);
         }
         decisions.push(decision);
-        decisions.extend(limits[i + 1..].iter().map(|later| later.estimate(now)));
+        for later in &limits[i + 1..] {
+            decisions.push(later.estimate(now));
+        }
         return MultiDecision {
             decisions,
             denied_by: Some(i),

@@ -79,23 +79,19 @@ pub use table::{Stats, WhenFull, MAX_CAPACITY};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// Policies beyond one limit per request: several limits all or nothing, settle-later costs,
-// near-limit signals, live reconfiguration, window algorithms.
+// Policies beyond one limit per request (docs/DESIGN.md, from "Several limits, all or
+// nothing" on): several limits all or nothing, settle-later costs, the near-limit signal, live
+// reconfiguration, and the window algorithms.
+mod live;
 mod multi;
-
-pub use multi::{check_all, Charge, Cost, MultiDecision};
+mod near;
+mod settle;
+pub mod window;
 
 #[cfg(all(test, funnel_loom))]
 mod loom_models_multi;
 
-mod near;
-mod settle;
-
+pub use live::{LiveLimiter, LiveQuota};
+pub use multi::{check_all, Charge, Cost, MultiDecision};
 pub use near::NearLimit;
 pub use settle::{Reservation, Settled};
-
-mod live;
-
-pub use live::{LiveLimiter, LiveQuota};
-
-pub mod window;

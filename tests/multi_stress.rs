@@ -159,3 +159,50 @@ fn transient_charges_are_only_stricter_and_never_leak() {
         assert_charged_exactly(&limits, &admitted, per_user, per_route);
     }
 }
+
+/// On the real clock, with rollbacks all the time (users checked last, most requests denied by
+/// them after charging the route): the route never admits more than a funnel may over the run,
+/// `limit + elapsed / T`, plus at most one unit per thread for rollbacks given back early
+/// (`docs/DESIGN.md`: a rollback may return up to what a concurrent later `now` drained, and
+/// such errors do not accumulate).
+#[test]
+fn on_a_moving_clock_rollbacks_keep_the_route_within_its_rate() {
+    const RUN: std::time::Duration = std::time::Duration::from_millis(200);
+    let users = Limiter::<u64>::builder(Quota::per_second(20).unwrap().with_limit(2).unwrap())
+        .capacity(4 * USERS as usize)
+        .build()
+        .unwrap();
+    // 10,000 per second (T = 100 us), bursts of 50.
+    let route_quota = Quota::per_second(10_000).unwrap().with_limit(50).unwrap();
+    let routes = Limiter::<str>::builder(route_quota).build().unwrap();
+    let admitted = AtomicU64::new(0);
+    let start = routes.now();
+    thread::scope(|s| {
+        for t in 0..THREADS as u64 {
+            let (users, routes, admitted) = (&users, &routes, &admitted);
+            s.spawn(move || {
+                let began = std::time::Instant::now();
+                let mut i = t;
+                while began.elapsed() < RUN {
+                    i = (i + 7) % USERS;
+                    let now = routes.now();
+                    let d = check_all(&[&routes.cost(ROUTE, 1), &users.cost(&i, 1)], now);
+                    if d.is_allowed() {
+                        // Relaxed: read after the scope joins.
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = routes.now().as_nanos() - start.as_nanos();
+    let t = route_quota.emission_interval().as_nanos() as u64;
+    let bound = route_quota.limit() + elapsed / t + 1 + THREADS as u64;
+    let admitted = admitted.into_inner();
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {elapsed} ns, at most {bound}"
+    );
+    assert!(admitted > 0);
+    eprintln!("{admitted} admitted, bound {bound}");
+}

@@ -18,6 +18,7 @@ use std::sync::atomic::fence;
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
+use crate::multi::Cost;
 use crate::quota::Quota;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -171,6 +172,12 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     ) -> Decision {
         let quota = quota_for(key, self.quota.load());
         self.limiter.throttle_at(key, &quota, n, self.limiter.now())
+    }
+
+    /// An entry charging `n` units to `key` under the current quota, for
+    /// [`check_all`](crate::check_all).
+    pub fn cost<'a>(&'a self, key: &'a K, n: u64) -> Cost<'a, K, C> {
+        self.limiter.cost(key, n).with_quota(self.quota.load())
     }
 
     /// Replaces the default quota; see the type's rule for existing debt.

@@ -78,3 +78,22 @@ pub use table::{Stats, WhenFull, MAX_CAPACITY};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// Policies beyond one limit per request (docs/DESIGN.md, from "Several limits, all or
+// nothing" on): several limits all or nothing, settle-later costs, the near-limit signal, live
+// reconfiguration, and the window algorithms.
+mod config;
+mod live;
+mod multi;
+mod near;
+mod settle;
+pub mod window;
+
+#[cfg(all(test, funnel_loom))]
+mod loom_models_multi;
+
+pub use config::{ConfigReader, LiveConfig};
+pub use live::{LiveLimiter, LiveQuota};
+pub use multi::{check_all, Charge, Cost, MultiDecision};
+pub use near::NearLimit;
+pub use settle::{Reservation, Settled};

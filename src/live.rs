@@ -1,0 +1,197 @@
+//! Live reconfiguration: a quota that can be replaced while other threads decide under it,
+//! with no lock and no allocation on the read path.
+//!
+//! [`LiveQuota`] is a two-slot seqlock: a writer fills the slot readers are not using and then
+//! publishes it by bumping a version; a reader loads the version, the slot it names and the
+//! version again, and retries only if a replacement *completed* meanwhile. A stalled writer
+//! never blocks readers (they keep reading the published slot), so reads are lock-free. The
+//! argument and the orderings are in `docs/DESIGN.md`, "Live reconfiguration".
+
+use std::hash::Hash;
+use std::sync::Mutex;
+
+#[cfg(funnel_loom)]
+use loom::sync::atomic::fence;
+#[cfg(not(funnel_loom))]
+use std::sync::atomic::fence;
+
+use crate::clock::{Clock, Timestamp};
+use crate::decision::Decision;
+use crate::limiter::Limiter;
+use crate::multi::Cost;
+use crate::quota::Quota;
+use crate::sync::{AtomicU64, Ordering};
+
+/// A [`Quota`] that can be replaced at any time while other threads read it.
+///
+/// # Examples
+///
+/// ```
+/// use funnel::{LiveQuota, Quota};
+///
+/// let quota = LiveQuota::new(Quota::per_second(10)?);
+/// assert_eq!(quota.load().limit(), 10);
+/// quota.store(Quota::per_second(50)?); // e.g. from a config reload, while traffic flows
+/// assert_eq!(quota.load().limit(), 50);
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct LiveQuota {
+    /// Completed replacements; slot `version & 1` holds the current quota.
+    version: AtomicU64,
+    /// Two slots of `[t, limit]` (the tolerance is recomputed: `t * limit` was validated).
+    slots: [[AtomicU64; 2]; 2],
+    /// Serialises writers (replacements are rare); readers never take it.
+    writer: Mutex<()>,
+}
+
+impl LiveQuota {
+    /// A cell holding `quota`.
+    pub fn new(quota: Quota) -> LiveQuota {
+        let slot = |q: &Quota| [AtomicU64::new(q.t), AtomicU64::new(q.limit)];
+        LiveQuota {
+            version: AtomicU64::new(0),
+            slots: [slot(&quota), slot(&quota)],
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// The current quota. Lock-free: retries only when a [`store`](Self::store) completed
+    /// during the read.
+    #[inline]
+    pub fn load(&self) -> Quota {
+        loop {
+            // Acquire: pairs with the Release publication in `store`, so the slot's words
+            // written before it are visible below.
+            let v = self.version.load(Ordering::Acquire);
+            let [t, limit] = &self.slots[(v & 1) as usize];
+            // Relaxed: ordered by the version loads around them (the fence below).
+            let (t, limit) = (t.load(Ordering::Relaxed), limit.load(Ordering::Relaxed));
+            // Acquire fence: if either load above read a word of a later store (which rewrites
+            // this slot only after publishing the next version and its Release fence), that
+            // fence synchronises with this one and the version re-load sees the change.
+            fence(Ordering::Acquire);
+            if self.version.load(Ordering::Relaxed) == v {
+                return Quota {
+                    t,
+                    limit,
+                    tau: t * limit,
+                };
+            }
+        }
+    }
+
+    /// Replaces the quota. Readers see the old or the new one, never a mix; decisions already
+    /// under way finish under the quota they loaded.
+    pub fn store(&self, quota: Quota) {
+        // A poisoned lock only means another writer panicked between publications, which
+        // leaves the cell consistent (each publication is a single version store).
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        // Relaxed: writers are serialised by the lock, which orders their accesses.
+        let v = self.version.load(Ordering::Relaxed);
+        let [t, limit] = &self.slots[((v + 1) & 1) as usize];
+        // Release fence: readers still reading this slot under version `v - 1` must notice.
+        // Any of them whose load sees the stores below synchronises with this fence through
+        // its Acquire fence, and so sees version `v` (published before this fence) on re-load.
+        fence(Ordering::Release);
+        t.store(quota.t, Ordering::Relaxed);
+        limit.store(quota.limit, Ordering::Relaxed);
+        // Release: publishes the slot's words to readers' Acquire version load.
+        self.version.store(v + 1, Ordering::Release);
+    }
+}
+
+/// A keyed [`Limiter`] whose default quota can be replaced while traffic flows, and whose
+/// per-key overrides come from the caller's own function of the key (no second lookup).
+///
+/// **The rule for existing debt:** a key's state is its arrival time, which a new quota keeps
+/// and reads as it is: debt is kept *as time*. A key that needed 3 s to drain under the old
+/// quota needs 3 s under the new one, worth `3 s / T'` of its units. A key whose debt exceeds
+/// the new tolerance is not clamped: it is denied until it has drained below it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::{clock::ManualClock, LiveLimiter, Limiter, Quota};
+///
+/// let limiter = Limiter::<str>::builder(Quota::per_second(2)?).clock(ManualClock::new()).build()?;
+/// let live = LiveLimiter::new(limiter);
+/// assert!(live.check("k").is_allowed());
+/// assert!(live.check("k").is_allowed());
+/// assert!(!live.check("k").is_allowed());
+/// live.set_quota(Quota::per_second(4)?); // 4 per second now, T = 250 ms
+/// // The key's debt, 1 s of drain, is kept as time: all 4 new units, so it waits one interval.
+/// assert_eq!(live.check("k").retry_after(), Some(Duration::from_millis(250)));
+/// assert_eq!(live.check("fresh").remaining(), 3);
+/// // A premium key gets a quota of its own, from the key alone.
+/// let premium = |key: &str, q: Quota| if key.starts_with("vip:") { q.with_limit(100).unwrap() } else { q };
+/// assert_eq!(live.check_with("vip:ada", 1, premium).remaining(), 99);
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct LiveLimiter<K: ?Sized, C> {
+    limiter: Limiter<K, C>,
+    quota: LiveQuota,
+}
+
+impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
+    /// Wraps `limiter`, starting from its quota.
+    pub fn new(limiter: Limiter<K, C>) -> Self {
+        let quota = LiveQuota::new(*limiter.quota());
+        LiveLimiter { limiter, quota }
+    }
+
+    /// One unit request for `key`, now, under the current quota.
+    #[inline]
+    pub fn check(&self, key: &K) -> Decision {
+        self.check_n_at(key, 1, self.limiter.now())
+    }
+
+    /// A request of `n` units for `key`, now, under the current quota.
+    #[inline]
+    pub fn check_n(&self, key: &K, n: u64) -> Decision {
+        self.check_n_at(key, n, self.limiter.now())
+    }
+
+    /// A request of `n` units for `key` at the caller's `now`, under the current quota.
+    #[inline]
+    pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
+        self.limiter.throttle_at(key, &self.quota.load(), n, now)
+    }
+
+    /// A request of `n` units for `key`, now, under the quota `quota_for(key, current)` returns:
+    /// per-key overrides (a premium token's higher limit) decided from the key or from what the
+    /// caller already knows about the request, with no second table lookup.
+    #[inline]
+    pub fn check_with(
+        &self,
+        key: &K,
+        n: u64,
+        quota_for: impl FnOnce(&K, Quota) -> Quota,
+    ) -> Decision {
+        let quota = quota_for(key, self.quota.load());
+        self.limiter.throttle_at(key, &quota, n, self.limiter.now())
+    }
+
+    /// An entry charging `n` units to `key` under the current quota, for
+    /// [`check_all`](crate::check_all).
+    pub fn cost<'a>(&'a self, key: &'a K, n: u64) -> Cost<'a, K, C> {
+        self.limiter.cost(key, n).with_quota(self.quota.load())
+    }
+
+    /// Replaces the default quota; see the type's rule for existing debt.
+    pub fn set_quota(&self, quota: Quota) {
+        self.quota.store(quota);
+    }
+
+    /// The current default quota.
+    pub fn quota(&self) -> Quota {
+        self.quota.load()
+    }
+
+    /// The wrapped limiter (its own [`Limiter::quota`] is the one it was built with).
+    pub fn limiter(&self) -> &Limiter<K, C> {
+        &self.limiter
+    }
+}

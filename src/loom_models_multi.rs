@@ -1,0 +1,191 @@
+//! Loom models of the policies built on the table's update (`docs/DESIGN.md`, "Several limits,
+//! all or nothing" and "Settle-later costs"): two threads, two limiters of one four-slot bucket
+//! each, a frozen clock passed as a value. Run by `.ci/loom.sh` with the slot protocol's models
+//! (the module name matches its `loom_models` filter).
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::clock::{ManualClock, Timestamp};
+use crate::limiter::Limiter;
+use crate::multi::check_all;
+use crate::quota::Quota;
+
+const NOW: u64 = 100;
+const T: u64 = 10;
+
+fn now() -> Timestamp {
+    Timestamp::from_nanos(NOW).unwrap()
+}
+
+/// Runs a model at a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS` says otherwise (as the
+/// slot protocol's models do), and prints how many executions loom explored.
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    builder.max_branches = builder.max_branches.max(100_000);
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = executions.clone();
+    builder.check(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    eprintln!(
+        "{}: {} executions",
+        std::thread::current().name().unwrap_or("model"),
+        executions.load(std::sync::atomic::Ordering::Relaxed),
+    );
+}
+
+/// A quota of burst capacity `limit`, one unit leaking back every `T` ns.
+fn quota(limit: u64) -> Quota {
+    Quota::new(limit - 1, 1, Duration::from_nanos(T)).unwrap()
+}
+
+/// A limiter of one bucket (four slots under loom) on a frozen clock.
+fn limiter<K: std::hash::Hash + ?Sized>(limit: u64) -> Arc<Limiter<K, ManualClock>> {
+    let limiter = Limiter::builder(quota(limit))
+        .capacity(4)
+        .seed(7)
+        .clock(ManualClock::starting_at(now()))
+        .build()
+        .unwrap();
+    Arc::new(limiter)
+}
+
+/// Units charged to `key` now: its funnel's debt in emission intervals.
+fn charged<K: std::hash::Hash + ?Sized>(limiter: &Limiter<K, ManualClock>, key: &K) -> u64 {
+    let reset = limiter.peek_at(key, now()).reset_after();
+    assert_eq!(reset.as_nanos() % u128::from(T), 0, "a partial unit left");
+    (reset.as_nanos() / u128::from(T)) as u64
+}
+
+/// Two requests, each against a per-user limit of 2 (`u64` keys) and a per-route limit of 1
+/// (`str` keys): both fit the first, one wins the second, and the loser's first charge is
+/// rolled back exactly, whatever the interleaving.
+#[test]
+fn the_loser_of_the_second_limit_rolls_back_its_first_charge_exactly() {
+    model(|| {
+        let users = limiter::<u64>(2);
+        let routes = limiter::<str>(1);
+        let request = |users: &Limiter<u64, ManualClock>, routes: &Limiter<str, ManualClock>| {
+            check_all(&[&users.cost(&1, 1), &routes.cost("/r", 1)], now())
+        };
+        let other = {
+            let (users, routes) = (users.clone(), routes.clone());
+            thread::spawn(move || request(&users, &routes))
+        };
+        let mine = request(&users, &routes);
+        let theirs = other.join().unwrap();
+        let outcomes = [mine.denied_by(), theirs.denied_by()];
+        assert!(
+            outcomes == [None, Some(1)] || outcomes == [Some(1), None],
+            "exactly one admitted, the other denied by the route: {outcomes:?}"
+        );
+        assert_eq!(
+            charged(&users, &1),
+            1,
+            "the rollback left the user's charge wrong"
+        );
+        assert_eq!(charged(&routes, "/r"), 1);
+    });
+}
+
+/// A request that can never pass (its second limit is full) charges and rolls back a shared
+/// limit of 1 while another request needs that unit: the other is admitted or denied by the
+/// shared limit (stricter while the charge is in place), never charged twice, and the shared
+/// limit ends holding exactly the admitted request.
+#[test]
+fn a_rolled_back_charge_only_makes_a_concurrent_request_stricter() {
+    model(|| {
+        let shared = limiter::<u64>(1);
+        let own = limiter::<u64>(1);
+        assert!(own.check_at(&1, now()).is_allowed()); // key 1's own limit is full
+        let doomed = {
+            let (shared, own) = (shared.clone(), own.clone());
+            thread::spawn(move || check_all(&[&shared.cost(&0, 1), &own.cost(&1, 1)], now()))
+        };
+        let other = check_all(&[&shared.cost(&0, 1), &own.cost(&2, 1)], now());
+        let doomed = doomed.join().unwrap();
+        // Never admitted: denied by its own full limit, or by the shared one if the other
+        // request took the unit first.
+        assert!(matches!(doomed.denied_by(), Some(0 | 1)), "{doomed:?}");
+        match other.denied_by() {
+            None => {
+                assert_eq!(charged(&shared, &0), 1);
+                assert_eq!(charged(&own, &2), 1);
+            }
+            // Denied while the doomed request held the shared unit: stricter, nothing kept.
+            Some(0) => {
+                assert_eq!(doomed.denied_by(), Some(1), "nobody else held the unit");
+                assert_eq!(charged(&shared, &0), 0);
+                assert_eq!(charged(&own, &2), 0);
+            }
+            Some(i) => panic!("denied by limit {i}, which had room"),
+        }
+        assert_eq!(charged(&own, &1), 1);
+    });
+}
+
+/// Two reservations of 2 on one key of limit 3, settled concurrently, one down to 1 and one up
+/// to 3: whatever the interleaving, the funnel ends holding exactly the actual costs of the
+/// admitted ones (a settle-down never takes back another's charge, a settle-up is never lost).
+#[test]
+fn concurrent_settles_leave_exactly_the_actual_costs() {
+    model(|| {
+        let users = limiter::<u64>(3);
+        let reserve_and_settle = |users: &Limiter<u64, ManualClock>, actual: u64| {
+            let r = users.reserve_at(&1, &quota(3), 2, now());
+            if !r.is_allowed() {
+                return 0;
+            }
+            users.settle_at(&1, &r, actual, now());
+            actual
+        };
+        let other = {
+            let users = users.clone();
+            thread::spawn(move || reserve_and_settle(&users, 3))
+        };
+        let mine = reserve_and_settle(&users, 1);
+        let theirs = other.join().unwrap();
+        assert!(mine + theirs > 0, "the first reservation always fits");
+        assert_eq!(charged(&users, &1), mine + theirs);
+    });
+}
+
+/// A reader loads a live quota twice while a writer replaces it twice (the second replacement
+/// rewrites the slot the first reads came from): every load is one whole quota, never a mix of
+/// two, and never older than the load before it.
+#[test]
+fn a_live_quota_is_never_read_torn() {
+    use crate::live::LiveQuota;
+    // Distinct intervals and limits, so a mix of two shows.
+    let quotas = [
+        quota(1),
+        Quota::new(1, 1, Duration::from_nanos(2 * T)).unwrap(),
+        Quota::new(2, 1, Duration::from_nanos(3 * T)).unwrap(),
+    ];
+    model(move || {
+        let cell = Arc::new(LiveQuota::new(quotas[0]));
+        let writer = {
+            let cell = cell.clone();
+            thread::spawn(move || {
+                cell.store(quotas[1]);
+                cell.store(quotas[2]);
+            })
+        };
+        let seen = [cell.load(), cell.load()].map(|q| {
+            quotas
+                .iter()
+                .position(|x| *x == q)
+                .unwrap_or_else(|| panic!("torn read {q:?}"))
+        });
+        assert!(seen[0] <= seen[1], "went back in time: {seen:?}");
+        writer.join().unwrap();
+        assert_eq!(cell.load(), quotas[2]);
+    });
+}

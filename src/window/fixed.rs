@@ -1,0 +1,330 @@
+//! The fixed window counter: at most `limit` units per window `[k W, (k + 1) W)`; the count
+//! starts again at every window boundary (so up to twice the limit can pass around one
+//! boundary: its known weakness, which the sliding window counter fixes).
+//!
+//! The word:
+//!
+//! ```text
+//!  63                                        22 21                  0
+//! +--------------------------------------------+---------------------+
+//! |  window index + 1 (42 bits)                 |  count (22 bits)    |
+//! +--------------------------------------------+---------------------+
+//! ```
+//!
+//! `0` is an absent key (the index field of a written word is at least 1). The window index
+//! is `now / W`; with `W >= 1 ms` it stays below `2^42 - 1` over the clock's whole range.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{decision, validate, WindowError};
+use crate::clock::{Clock, DefaultClock, Timestamp};
+use crate::decision::{Decision, Outcome};
+
+const COUNT_BITS: u32 = 22;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// The shortest window: `MAX_TIME / 1 ms < 2^42 - 1`.
+const MIN_WINDOW: Duration = Duration::from_millis(1);
+
+/// A fixed window quota: `limit` units per `window`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::window::{FixedWindowQuota, WindowError};
+///
+/// let q = FixedWindowQuota::new(100, Duration::from_secs(60))?;
+/// assert_eq!((q.limit(), q.window()), (100, Duration::from_secs(60)));
+/// assert!(matches!(
+///     FixedWindowQuota::new(1 << 22, Duration::from_secs(1)),
+///     Err(WindowError::LimitTooLarge { max: 4_194_303, .. })
+/// ));
+/// # Ok::<(), WindowError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FixedWindowQuota {
+    pub(crate) limit: u64,
+    /// Window length, ns, `>= 1 ms`, `window * limit <= 2^62`.
+    pub(crate) window: u64,
+}
+
+impl FixedWindowQuota {
+    /// `limit` units per `window`.
+    ///
+    /// # Errors
+    ///
+    /// [`WindowError::ZeroLimit`]; [`WindowError::LimitTooLarge`] above 4,194,303 (22 bits);
+    /// [`WindowError::WindowTooShort`] under 1 ms; [`WindowError::WindowTooLong`] when
+    /// `window * limit` exceeds 2^62 ns.
+    pub fn new(limit: u64, window: Duration) -> Result<FixedWindowQuota, WindowError> {
+        let window = validate(limit, window, COUNT_BITS, MIN_WINDOW)?;
+        Ok(FixedWindowQuota { limit, window })
+    }
+
+    /// Units per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window's length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+}
+
+/// The word's window index (without the +1) and count, if it holds any.
+fn unpack(word: u64) -> Option<(u64, u64)> {
+    (word != 0).then(|| ((word >> COUNT_BITS) - 1, word & COUNT_MASK))
+}
+
+fn pack(index: u64, count: u64) -> u64 {
+    debug_assert!(count <= COUNT_MASK);
+    ((index + 1) << COUNT_BITS) | count
+}
+
+/// Decides a request of `n` units at `now` on `word` (`0`: absent). Returns the decision and,
+/// when the word must change, the word to store (`None`: a denial or a peek writes nothing).
+pub(crate) fn decide(
+    word: u64,
+    now: u64,
+    quota: &FixedWindowQuota,
+    n: u64,
+) -> (Decision, Option<u64>) {
+    let FixedWindowQuota { limit, window } = *quota;
+    let current = now / window;
+    // A word from a later window (a caller's time going backwards) keeps its count: stricter.
+    let (index, used) = match unpack(word) {
+        Some((index, count)) if index >= current => (index, count.min(limit)),
+        _ => (current, 0),
+    };
+    let end = index.saturating_add(1).saturating_mul(window);
+    // Clamped to one window so that a word from far in the future cannot overflow a decision.
+    let until_end = end.saturating_sub(now).min(window);
+    let reset = |used: u64| if used == 0 { 0 } else { until_end };
+    if n > limit {
+        let d = decision(Outcome::CostExceedsLimit, limit, used, reset(used), 0);
+        return (d, None);
+    }
+    if used + n <= limit {
+        let after = used + n;
+        let d = decision(Outcome::Allowed, limit, after, reset(after), 0);
+        (d, (n > 0).then(|| pack(index, after)))
+    } else {
+        // Fits in the next window, which starts at `end`.
+        let d = decision(Outcome::Limited, limit, used, reset(used), until_end);
+        (d, None)
+    }
+}
+
+/// The time from which `word` says the same as an absent key: the end of its window (`0` for
+/// an absent word).
+// Only tests call it until the keyed table is generic over the algorithm (its lazy eviction).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn expiry(word: u64, quota: &FixedWindowQuota) -> u64 {
+    match unpack(word) {
+        Some((index, _)) => index.saturating_add(1).saturating_mul(quota.window),
+        None => 0,
+    }
+}
+
+/// A single fixed window counter in one `AtomicU64`, shared by any number of threads.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::{clock::ManualClock, window::{FixedWindow, FixedWindowQuota}};
+///
+/// let clock = ManualClock::new();
+/// let w = FixedWindow::with_clock(FixedWindowQuota::new(3, Duration::from_secs(10))?, clock.clone());
+/// assert!((0..3).all(|_| w.check().is_allowed()));
+/// clock.advance(Duration::from_secs(4));
+/// let d = w.check();
+/// assert!(!d.is_allowed());
+/// assert_eq!(d.retry_after(), Some(Duration::from_secs(6))); // the next window
+/// assert_eq!(d.reset_after(), Duration::from_secs(6));
+/// clock.advance(Duration::from_secs(6));
+/// assert_eq!(w.check().remaining(), 2);
+/// # Ok::<(), funnel::window::WindowError>(())
+/// ```
+#[derive(Debug)]
+pub struct FixedWindow<C = DefaultClock> {
+    word: AtomicU64,
+    quota: FixedWindowQuota,
+    clock: C,
+}
+
+impl FixedWindow<DefaultClock> {
+    /// A fresh counter on the default clock.
+    pub fn new(quota: FixedWindowQuota) -> Self {
+        FixedWindow::with_clock(quota, DefaultClock::new())
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    /// A fresh counter on `clock`.
+    pub fn with_clock(quota: FixedWindowQuota, clock: C) -> Self {
+        FixedWindow {
+            word: AtomicU64::new(0),
+            quota,
+            clock,
+        }
+    }
+
+    /// One unit request, now.
+    pub fn check(&self) -> Decision {
+        self.check_n_at(1, self.clock.now())
+    }
+
+    /// A request of `n` units, now; `n = 0` is a peek.
+    pub fn check_n(&self, n: u64) -> Decision {
+        self.check_n_at(n, self.clock.now())
+    }
+
+    /// A request of `n` units at the caller's `now`.
+    pub fn check_n_at(&self, n: u64, now: Timestamp) -> Decision {
+        let now = now.as_nanos();
+        // Relaxed throughout: the word publishes no other memory, and every admission is a CAS
+        // from the word it was decided on (as `Funnel`).
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            let (decision, write) = decide(word, now, &self.quota, n);
+            let Some(new) = write else { return decision };
+            match self
+                .word
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return decision,
+                Err(current) => word = current,
+            }
+        }
+    }
+
+    /// The counter's state now, charging nothing.
+    pub fn peek(&self) -> Decision {
+        self.check_n(0)
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &FixedWindowQuota {
+        &self.quota
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference model: a map from window index to units admitted in it.
+    #[derive(Default)]
+    struct Model {
+        counts: std::collections::HashMap<u64, u64>,
+    }
+
+    impl Model {
+        fn decide(&mut self, now: u64, limit: u64, window: u64, n: u64) -> (bool, u64, u64, u64) {
+            let k = now / window;
+            let used = self.counts.get(&k).copied().unwrap_or(0);
+            let end = (k + 1) * window - now;
+            if n <= limit && used + n <= limit {
+                *self.counts.entry(k).or_default() += n;
+                let after = used + n;
+                (true, limit - after, if after > 0 { end } else { 0 }, 0)
+            } else {
+                let retry = if n > limit { 0 } else { end };
+                (false, limit - used, if used > 0 { end } else { 0 }, retry)
+            }
+        }
+    }
+
+    fn rng(seed: &mut u64) -> u64 {
+        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    #[test]
+    fn random_traces_match_the_reference_model() {
+        let (mut admitted, mut retried) = (0, 0);
+        for seed in 0..200u64 {
+            let mut s = seed;
+            let limit = 1 + rng(&mut s) % 9;
+            let window = 1_000_000 * (1 + rng(&mut s) % 5);
+            let q = FixedWindowQuota::new(limit, Duration::from_nanos(window)).unwrap();
+            let (mut word, mut now, mut model) = (0u64, rng(&mut s) % 10_000_000, Model::default());
+            for step in 0..300 {
+                now += rng(&mut s) % (window / 2);
+                let n = rng(&mut s) % (limit + 2);
+                let (d, write) = decide(word, now, &q, n);
+                let (allowed, remaining, reset, retry) = model.decide(now, limit, window, n);
+                let ctx = format!("seed {seed} step {step} now {now} n {n}");
+                assert_eq!(d.is_allowed(), allowed, "{ctx}");
+                assert_eq!(d.remaining(), remaining, "{ctx}");
+                let got_reset = d.reset_after().as_nanos() as u64;
+                assert!(got_reset >= reset && got_reset <= reset + limit, "{ctx}");
+                assert_eq!(
+                    d.retry_after().map_or(0, |r| r.as_nanos() as u64),
+                    retry,
+                    "{ctx}"
+                );
+                assert_eq!(write.is_some(), allowed && n > 0, "{ctx}");
+                admitted += u64::from(allowed);
+                retried += u64::from(retry > 0);
+                if let Some(w) = write {
+                    word = w;
+                }
+                // After its expiry the word answers as an absent key would.
+                let later = expiry(word, &q).max(now);
+                assert_eq!(
+                    decide(word, later, &q, 1).0,
+                    decide(0, later, &q, 1).0,
+                    "{ctx}"
+                );
+            }
+        }
+        assert!(
+            admitted > 10_000 && retried > 5_000,
+            "{admitted} admitted, {retried} retries"
+        );
+    }
+
+    #[test]
+    fn up_to_twice_the_limit_passes_around_a_boundary() {
+        let q = FixedWindowQuota::new(5, Duration::from_secs(1)).unwrap();
+        let mut word = 0;
+        let mut admitted = 0;
+        for now in [999_999_999u64, 1_000_000_000] {
+            for _ in 0..5 {
+                let (d, w) = decide(word, now, &q, 1);
+                admitted += u64::from(d.is_allowed());
+                word = w.unwrap_or(word);
+            }
+        }
+        assert_eq!(admitted, 10);
+    }
+
+    #[test]
+    fn time_going_backwards_keeps_the_later_window_count() {
+        let q = FixedWindowQuota::new(2, Duration::from_secs(1)).unwrap();
+        let (_, w) = decide(0, 5_500_000_000, &q, 2);
+        let (d, w2) = decide(w.unwrap(), 4_500_000_000, &q, 1);
+        assert!(!d.is_allowed());
+        assert_eq!(w2, None);
+    }
+
+    #[test]
+    fn arbitrary_words_and_extreme_times_never_overflow() {
+        let q = FixedWindowQuota::new(COUNT_MASK, Duration::from_millis(1)).unwrap();
+        for word in [u64::MAX, 1, COUNT_MASK, !COUNT_MASK, 1 << 63] {
+            for now in [0, crate::state::MAX_TIME_NANOS] {
+                for n in [0, 1, COUNT_MASK, u64::MAX] {
+                    let (d, _) = decide(word, now, &q, n);
+                    let _ = (d.remaining(), d.reset_after(), d.to_cl_throttle());
+                }
+            }
+        }
+    }
+}

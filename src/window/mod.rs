@@ -1,0 +1,155 @@
+//! Window algorithms in one word: a fixed window counter ([`FixedWindow`]) and a sliding window
+//! counter ([`SlidingWindow`], the previous window's count weighted by how much of it still
+//! overlaps the sliding window), each a packed `u64`, each with the same [`Decision`] as the
+//! funnel.
+//!
+//! Every algorithm is a pure step function over its word, `decide(word, now, quota, n) ->
+//! (Decision, Option<new word>)`, plus `expiry(word, quota)`, the time from which the word says
+//! the same as an absent one (so a table can evict it lazily, as it does recovered funnels);
+//! the single-key atomic types run the step in a CAS loop, as [`Funnel`](crate::Funnel) does.
+//! `docs/DESIGN.md`, "Window algorithms", states the layouts, the ranges and how they compare
+//! with an exact sliding log.
+
+use std::time::Duration;
+
+use crate::decision::{Decision, Outcome};
+
+pub(crate) mod fixed;
+pub(crate) mod sliding;
+
+pub use fixed::{FixedWindow, FixedWindowQuota};
+pub use sliding::{SlidingWindow, SlidingWindowQuota};
+
+/// A window quota outside what its packed word can hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WindowError {
+    /// The limit was zero.
+    ZeroLimit,
+    /// The limit does not fit the word's count field.
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u64,
+        /// The largest limit accepted.
+        max: u64,
+    },
+    /// The window is shorter than the word's window index allows over the clock's range.
+    WindowTooShort {
+        /// The window asked for.
+        window: Duration,
+        /// The shortest window accepted.
+        min: Duration,
+    },
+    /// `window * limit` exceeds 2^62 ns (the decision's arithmetic bound).
+    WindowTooLong {
+        /// The window asked for.
+        window: Duration,
+        /// The limit asked for.
+        limit: u64,
+    },
+}
+
+impl std::fmt::Display for WindowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WindowError::ZeroLimit => write!(f, "a window's limit must be at least 1"),
+            WindowError::LimitTooLarge { limit, max } => {
+                write!(f, "a window's limit of {limit} exceeds the largest, {max}")
+            }
+            WindowError::WindowTooShort { window, min } => {
+                write!(
+                    f,
+                    "a window of {window:?} is shorter than the shortest, {min:?}"
+                )
+            }
+            WindowError::WindowTooLong { window, limit } => write!(
+                f,
+                "a window of {window:?} times a limit of {limit} exceeds 2^62 ns"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WindowError {}
+
+/// Validates `limit` units per `window` for a word with `count_bits` of count and a window
+/// index that must stay below `2^index_bits` over the clock's whole range.
+pub(crate) fn validate(
+    limit: u64,
+    window: Duration,
+    count_bits: u32,
+    min_window: Duration,
+) -> Result<u64, WindowError> {
+    if limit == 0 {
+        return Err(WindowError::ZeroLimit);
+    }
+    let max = (1 << count_bits) - 1;
+    if limit > max {
+        return Err(WindowError::LimitTooLarge { limit, max });
+    }
+    if window < min_window {
+        return Err(WindowError::WindowTooShort {
+            window,
+            min: min_window,
+        });
+    }
+    let nanos = window.as_nanos();
+    if nanos.saturating_mul(u128::from(limit)) > 1 << 62 {
+        return Err(WindowError::WindowTooLong { window, limit });
+    }
+    Ok(nanos as u64) // < 2^62: checked just above (limit >= 1)
+}
+
+/// A [`Decision`] saying `used` of `limit` units are in use and the state is fresh again after
+/// `reset` ns. A decision derives its remaining units from an emission interval `t`:
+/// `floor((t * limit - reset) / t)`, so `t` is chosen to make that exactly `limit - used`
+/// (`reset / used <= t < reset / (used - 1)`); when no integer `t` fits (only when `reset`
+/// is under `used * (used - 1)` ns, at the very end of a window), `reset` is rounded up by at
+/// most `used` ns to the nearest value that has one. Requires `used <= limit` and
+/// `reset * limit <= 2^62` for `used >= 1` (the quotas' validation ensures both).
+pub(crate) fn decision(
+    outcome: Outcome,
+    limit: u64,
+    used: u64,
+    reset: u64,
+    retry: u64,
+) -> Decision {
+    debug_assert!(used <= limit);
+    if used == 0 {
+        // Nothing in use: the state is the same as a fresh one.
+        return Decision::new(outcome, limit, 1, 0, retry);
+    }
+    let t = reset.div_ceil(used).max(1);
+    let reset = if t * (used - 1) < reset {
+        reset
+    } else {
+        t * (used - 1) + 1
+    };
+    Decision::new(outcome, limit, t, reset, retry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_encoded_decision_reports_exactly_the_units_in_use() {
+        for limit in [1u64, 2, 3, 7, 100, 65_535] {
+            for used in (0..=limit).step_by((limit / 7).max(1) as usize) {
+                for reset in [0u64, 1, 2, 5, 99, 1_000, 12_345, 1_000_000_007] {
+                    let d = decision(Outcome::Allowed, limit, used, reset, 0);
+                    assert_eq!(d.remaining(), limit - used, "{limit} {used} {reset}");
+                    let got = d.reset_after().as_nanos() as u64;
+                    if used == 0 {
+                        assert_eq!(got, 0);
+                    } else {
+                        assert!(
+                            got >= reset && got <= reset + used,
+                            "{limit} {used} {reset}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

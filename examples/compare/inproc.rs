@@ -5,7 +5,7 @@ use governor::RateLimiter;
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
     fake_clock, funnel_manual, funnel_real, mutex_manual, mutex_real, ClockPolicy, GovKeyed, Limit,
-    QuotaKind,
+    Batched, QuotaKind,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed};
@@ -110,6 +110,7 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Comp {
     Funnel,
+    FunnelBatch,
     GovDirect,
     GovKeyed,
     GovKeyedAhash,
@@ -120,6 +121,7 @@ impl Comp {
     pub fn label(self) -> &'static str {
         match self {
             Comp::Funnel => "funnel",
+            Comp::FunnelBatch => "funnel-batch",
             Comp::GovDirect => "governor-direct",
             Comp::GovKeyed => "governor-keyed",
             Comp::GovKeyedAhash => "governor-keyed-ahash",
@@ -127,8 +129,12 @@ impl Comp {
         }
     }
 
-    pub const IN_TABLE: [Comp; 5] = [
+    /// Every competitor of the in-process tables. To add one: a variant here, its label, its
+    /// place in `competitors`, its prefill estimate in `prefill_weight`, and how to build it
+    /// for each clock policy in `bench` (anything implementing `limiters::Limit`).
+    pub const IN_TABLE: [Comp; 6] = [
         Comp::Funnel,
+        Comp::FunnelBatch,
         Comp::GovDirect,
         Comp::GovKeyed,
         Comp::GovKeyedAhash,
@@ -137,7 +143,7 @@ impl Comp {
 }
 
 fn competitors(wl: &Workload, key_type: &str) -> Vec<Comp> {
-    let mut v = vec![Comp::Funnel];
+    let mut v = vec![Comp::Funnel, Comp::FunnelBatch];
     if wl.role == "W1" && key_type == "u64" {
         v.push(Comp::GovDirect);
     }
@@ -193,8 +199,8 @@ fn prefill_weight(wl: &Workload, comp: Comp, is_string: bool, threads: usize) ->
     }
     let per_key = match (comp, is_string) {
         (Comp::GovDirect, _) => 0.0,
-        (Comp::Funnel, false) => 150e-9,
-        (Comp::Funnel, true) => 300e-9,
+        (Comp::Funnel | Comp::FunnelBatch, false) => 150e-9,
+        (Comp::Funnel | Comp::FunnelBatch, true) => 300e-9,
         (Comp::GovKeyed | Comp::GovKeyedAhash, false) => 350e-9,
         (Comp::GovKeyed | Comp::GovKeyedAhash, true) => 900e-9,
         (Comp::MutexMap, false) => 250e-9,
@@ -253,6 +259,12 @@ fn bench<K: Key>(
     match (comp, ctx.opts.clock) {
         (Comp::Funnel, ClockPolicy::Real) => m.run(ctx, || funnel_real::<K>(fq, cap)),
         (Comp::Funnel, ClockPolicy::Manual) => m.run(ctx, || funnel_manual::<K>(fq, cap)),
+        (Comp::FunnelBatch, ClockPolicy::Real) => {
+            m.run(ctx, || funnel_real::<K>(fq, cap).map(Batched))
+        }
+        (Comp::FunnelBatch, ClockPolicy::Manual) => {
+            m.run(ctx, || funnel_manual::<K>(fq, cap).map(Batched))
+        }
         (Comp::GovDirect, ClockPolicy::Real) => m.run(ctx, || Ok(RateLimiter::direct(gq))),
         (Comp::GovDirect, ClockPolicy::Manual) => {
             m.run(ctx, || Ok(RateLimiter::direct_with_clock(gq, fake_clock())))

@@ -25,6 +25,12 @@ use crate::mutex_map::MutexMapLimiter;
 /// A limiter deciding one unit request for a key, now (its own clock).
 pub trait Limit<K>: Sync {
     fn check(&self, key: &K) -> bool;
+    /// Decides every key of `keys` in order; how many were allowed. One call per key unless
+    /// the competitor has a batch API ([`Batched`]).
+    #[inline]
+    fn check_slice(&self, keys: &[K]) -> u64 {
+        keys.iter().map(|k| u64::from(self.check(k))).sum()
+    }
     /// funnel's table counters and keys held; `None` for the others.
     fn funnel_stats(&self) -> Option<(usize, Stats)> {
         None
@@ -64,6 +70,46 @@ impl<K: Hash + Sync + Send, C: FunnelClock> Limit<K> for Limiter<K, C> {
     }
     fn slots(&self) -> Option<usize> {
         Some(self.capacity())
+    }
+}
+
+/// funnel driven through its batch API, `check_batch`: the timed loop's keys in batches of
+/// [`BATCH`], one clock read per batch.
+pub struct Batched<L>(pub L);
+
+/// Keys per `check_batch` call.
+pub const BATCH: usize = 32;
+
+thread_local! {
+    static DECISIONS: std::cell::RefCell<Vec<funnel::Decision>> =
+        std::cell::RefCell::new(Vec::with_capacity(BATCH));
+}
+
+impl<K: Hash + Sync + Send, C: FunnelClock> Limit<K> for Batched<Limiter<K, C>> {
+    #[inline]
+    fn check(&self, key: &K) -> bool {
+        Limiter::check(&self.0, key).is_allowed()
+    }
+    fn check_slice(&self, keys: &[K]) -> u64 {
+        DECISIONS.with(|out| {
+            let mut out = out.borrow_mut();
+            let mut allowed = 0;
+            for batch in keys.chunks(BATCH) {
+                out.clear();
+                self.0.check_batch(batch, &mut out);
+                allowed += out.iter().filter(|d| d.is_allowed()).count() as u64;
+            }
+            allowed
+        })
+    }
+    fn funnel_stats(&self) -> Option<(usize, Stats)> {
+        Some((self.0.len(), self.0.stats()))
+    }
+    fn keys_held(&self) -> Option<usize> {
+        Some(self.0.len())
+    }
+    fn slots(&self) -> Option<usize> {
+        Some(self.0.capacity())
     }
 }
 

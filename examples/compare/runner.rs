@@ -123,9 +123,7 @@ pub fn timed<K: Sync, L: Limit<K>>(
                     let (mut decisions, mut allowed, mut i) = (0u64, 0u64, 0usize);
                     loop {
                         let end = (i + CHUNK).min(keys.len());
-                        for k in &keys[i..end] {
-                            allowed += u64::from(lim.check(k));
-                        }
+                        allowed += lim.check_slice(&keys[i..end]);
                         decisions += (end - i) as u64;
                         i = end;
                         if i == keys.len() {

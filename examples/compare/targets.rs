@@ -124,6 +124,75 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
             name_of_role(ctx, "W4")
         ),
     ));
+    // Issue 8: against the fair competitors (governor with ahash, the Mutex<HashMap>), on one
+    // thread. The thresholds depend on the clock: with the clock read taken out for everyone
+    // (`--clock manual`) the table's own cost shows.
+    let manual = ctx.opts.clock.label() == "manual";
+    let vs = |roles: &[&str], kts: &[&str], ours: &str, theirs: &[&str], threshold: f64| {
+        let mut ratios = Vec::new();
+        let mut cells = Vec::new();
+        for role in roles {
+            let wl = name_of_role(ctx, role);
+            for kt in kts {
+                for q in QUOTAS {
+                    let f = find(rows, Section::InProc, &wl, kt, q, 1, 1, ours);
+                    for other in theirs {
+                        let g = find(rows, Section::InProc, &wl, kt, q, 1, 1, other);
+                        if let Some(x) = ratio(f, g) {
+                            ratios.push(x);
+                            cells.push(format!("{wl} {kt} {q} vs {other} {}", fmt_ratio(x)));
+                        }
+                    }
+                }
+            }
+        }
+        let met_cells = ratios.iter().filter(|&&x| x >= threshold).count();
+        Target {
+            what: format!(
+                "{ours} ≥ {threshold}× {} on {} ({} keys, 1 thread, {} clock)",
+                theirs.join(" and "),
+                roles
+                    .iter()
+                    .map(|r| name_of_role(ctx, r))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                kts.join(" and "),
+                ctx.opts.clock.label()
+            ),
+            figures: if ratios.is_empty() {
+                "not measured".into()
+            } else {
+                format!(
+                    "{met_cells} of {} cells at or above {threshold}×: {}",
+                    ratios.len(),
+                    cells.join(", ")
+                )
+            },
+            met: (!ratios.is_empty()).then_some(met_cells == ratios.len()),
+        }
+    };
+    let fair = ["governor-keyed-ahash", "mutex-map"];
+    out.push(vs(
+        &["W2"],
+        &["u64", "String"],
+        "funnel",
+        &fair,
+        if manual { 2.0 } else { 1.3 },
+    ));
+    out.push(vs(
+        &["W3", "W4"],
+        &["u64"],
+        "funnel",
+        &["governor-keyed-ahash"],
+        2.0,
+    ));
+    out.push(vs(
+        &["W3", "W4"],
+        &["u64"],
+        "funnel-batch",
+        &["governor-keyed-ahash"],
+        4.0,
+    ));
     // 5: memory.
     let slot = ctx.memory.iter().find(|m| m.store == "funnel (per slot)");
     let held = ctx
@@ -192,7 +261,7 @@ pub fn targets_table(ts: &[Target]) -> Table {
 pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
     let mut out = Vec::new();
     for r in ctx.rows.iter().filter(|r| {
-        matches!(r.section, Section::InProc | Section::Sweep) && r.competitor != "funnel"
+        matches!(r.section, Section::InProc | Section::Sweep) && !r.competitor.starts_with("funnel")
     }) {
         let f = find(
             &ctx.rows,

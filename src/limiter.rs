@@ -239,6 +239,30 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         matches!(updated, Updated::Written(..))
     }
 
+    /// Raises `key`'s theoretical arrival time to at least `tat`, creating the key if needed
+    /// (subject to [`WhenFull`]): for a cache of arrival times learned elsewhere, such as a
+    /// Redis backend's denials. Never lowers a funnel; false when nothing was written (the key
+    /// already owed as much, or the table was full).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{Limiter, Quota, Timestamp};
+    ///
+    /// let cache = Limiter::<str>::new(Quota::per_second(1)?);
+    /// let now = Timestamp::from_nanos(1_000_000_000)?;
+    /// let later = Timestamp::from_nanos(3_000_000_000)?;
+    /// assert!(cache.raise_at("k", later, now));
+    /// assert!(!cache.raise_at("k", now, now)); // never lowers
+    /// assert_eq!(cache.peek_at("k", now).reset_after().as_secs(), 2);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn raise_at(&self, key: &K, tat: Timestamp, now: Timestamp) -> bool {
+        let tat = tat.as_nanos();
+        let updated = self.update_at(key, now, |current| (tat > current).then_some(tat));
+        matches!(updated, Updated::Written(..))
+    }
+
     /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.
     pub fn reset(&self, key: &K) -> bool {
         let home = self.table.home(self.hasher.hash_one(key));

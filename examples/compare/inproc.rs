@@ -4,8 +4,8 @@ use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
-    fake_clock, funnel_manual, funnel_real, mutex_manual, mutex_real, ClockPolicy, GovKeyed, Limit,
-    Batched, QuotaKind,
+    fake_clock, funnel_manual, funnel_real, mutex_manual, mutex_real, Batched, ClockPolicy,
+    GovKeyed, Limit, QuotaKind,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed};

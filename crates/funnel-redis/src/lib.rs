@@ -140,8 +140,10 @@ pub struct Checked {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Decisions taken by the script (one round trip each).
+    /// Round trips to Redis that came back (a [`RedisLimiter::check_many`] batch is one).
     pub round_trips: u64,
+    /// Decisions taken by the script in Redis.
+    pub redis_decisions: u64,
     /// Denials answered by the deny cache.
     pub cache_denials: u64,
     /// Redis errors and timeouts that fell back on the failure policy.
@@ -153,6 +155,7 @@ pub struct Stats {
 #[derive(Default)]
 struct Counters {
     round_trips: AtomicU64,
+    redis_decisions: AtomicU64,
     cache_denials: AtomicU64,
     failures: AtomicU64,
     timeouts: AtomicU64,
@@ -244,12 +247,106 @@ impl RedisLimiter {
         match reply {
             Ok(Ok((code, tat_us, now_us))) => {
                 self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .redis_decisions
+                    .fetch_add(1, Ordering::Relaxed);
                 self.decided(key, n, local, code, tat_us, now_us)
             }
             Ok(Err(e)) if !transient(&e) => Err(Error::Reply(e.to_string())),
             Ok(Err(_)) => Ok(self.failed(key, n, false)),
             Err(_elapsed) => Ok(self.failed(key, n, true)),
         }
+    }
+
+    /// A request of `n` units for each of `keys`, in order, in one round trip: the keys the deny
+    /// cache can answer are answered here, the others go to Redis together in one pipeline
+    /// (each still decided atomically by the script, in order). One answer per key, in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); a failure of the round trip answers every key it carried by
+    /// the [`OnFailure`] policy.
+    pub async fn check_many(&self, keys: &[&str], n: u64) -> Result<Vec<Checked>, Error> {
+        let local = local_now_ns();
+        let mut out: Vec<Option<Checked>> = keys
+            .iter()
+            .map(|key| {
+                let decision = self.cached_denial(key, n, local)?;
+                // Relaxed: statistics.
+                self.counters.cache_denials.fetch_add(1, Ordering::Relaxed);
+                Some(Checked {
+                    decision,
+                    source: Source::DenyCache,
+                    server_now: None,
+                })
+            })
+            .collect();
+        let remote: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        if !remote.is_empty() {
+            let pipeline = || {
+                let mut p = redis::pipe();
+                for &i in &remote {
+                    p.cmd("EVALSHA")
+                        .arg(self.script.get_hash())
+                        .arg(1)
+                        .arg(self.redis_key(keys[i]))
+                        .arg(self.t_us)
+                        .arg(self.tau_us)
+                        .arg(self.quota.limit())
+                        .arg(n);
+                }
+                p
+            };
+            let mut conn = self.conn.clone();
+            let round_trip = async {
+                match pipeline()
+                    .query_async::<Vec<(i64, i64, i64)>>(&mut conn)
+                    .await
+                {
+                    Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                        // A new or restarted server: load the script, then send again.
+                        redis::cmd("SCRIPT")
+                            .arg("LOAD")
+                            .arg(script::GCRA)
+                            .query_async::<String>(&mut conn)
+                            .await?;
+                        pipeline().query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            };
+            match tokio::time::timeout(self.timeout, round_trip).await {
+                Ok(Ok(replies)) if replies.len() == remote.len() => {
+                    self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
+                    let decisions = u64::try_from(replies.len()).unwrap_or(u64::MAX);
+                    self.counters
+                        .redis_decisions
+                        .fetch_add(decisions, Ordering::Relaxed);
+                    for (&i, (code, tat_us, now_us)) in remote.iter().zip(replies) {
+                        out[i] = Some(self.decided(keys[i], n, local, code, tat_us, now_us)?);
+                    }
+                }
+                Ok(Ok(replies)) => {
+                    return Err(Error::Reply(format!(
+                        "{} replies to a pipeline of {}",
+                        replies.len(),
+                        remote.len()
+                    )))
+                }
+                Ok(Err(e)) if !transient(&e) => return Err(Error::Reply(e.to_string())),
+                Ok(Err(_)) => {
+                    for &i in &remote {
+                        out[i] = Some(self.failed(keys[i], n, false));
+                    }
+                }
+                Err(_elapsed) => {
+                    for &i in &remote {
+                        out[i] = Some(self.failed(keys[i], n, true));
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
     }
 
     /// Forgets what the deny cache knows of `key`: call it after resetting the key in Redis
@@ -267,6 +364,7 @@ impl RedisLimiter {
         // Relaxed: a snapshot of statistics.
         Stats {
             round_trips: c.round_trips.load(Ordering::Relaxed),
+            redis_decisions: c.redis_decisions.load(Ordering::Relaxed),
             cache_denials: c.cache_denials.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),

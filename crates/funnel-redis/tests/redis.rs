@@ -80,8 +80,60 @@ async fn a_fleet_of_instances_admits_exactly_the_limit() {
         admitted += usize::from(t.await.unwrap());
     }
     assert_eq!(admitted, 50);
-    let round_trips: u64 = fleet.iter().map(|l| l.stats().round_trips).sum();
+    let round_trips: u64 = fleet.iter().map(|l| l.stats().redis_decisions).sum();
     assert_eq!(round_trips, 200);
+}
+
+/// `check_many`: one round trip for a batch, the answers of the script taken in order (equal
+/// to the in-process limiter fed the same server times), and the keys the deny cache knows
+/// answered without Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_many_decides_a_batch_in_order_in_one_round_trip() {
+    let server = Server::start();
+    let quota = Quota::new(2, 1, Duration::from_secs(60)).unwrap(); // limit 3
+    let remote = RedisLimiter::builder(server.url(), quota)
+        .timeout(GENEROUS)
+        .deny_cache(100)
+        .build()
+        .await
+        .unwrap();
+    let local = Limiter::<str>::builder(quota).build().unwrap();
+    let keys = ["a", "b", "a", "a", "c", "a", "b", "b", "b"];
+    let answers = remote.check_many(&keys, 1).await.unwrap();
+    assert_eq!(answers.len(), keys.len());
+    for (key, c) in keys.iter().zip(&answers) {
+        assert_eq!(c.source, Source::Redis);
+        let expected = local.throttle_at(key, &quota, 1, c.server_now.unwrap());
+        assert_eq!(c.decision, expected, "{key}");
+    }
+    let allowed: Vec<bool> = answers.iter().map(|c| c.decision.is_allowed()).collect();
+    assert_eq!(
+        allowed,
+        [true, true, true, true, true, false, true, true, false]
+    );
+    let stats = remote.stats();
+    assert_eq!((stats.round_trips, stats.redis_decisions), (1, 9));
+    // "a" and "b" are now known denied: only "c" and "d" go to Redis.
+    let again = remote.check_many(&["a", "c", "b", "d"], 1).await.unwrap();
+    let sources: Vec<Source> = again.iter().map(|c| c.source).collect();
+    assert_eq!(
+        sources,
+        [
+            Source::DenyCache,
+            Source::Redis,
+            Source::DenyCache,
+            Source::Redis
+        ]
+    );
+    let stats = remote.stats();
+    assert_eq!(
+        (
+            stats.round_trips,
+            stats.redis_decisions,
+            stats.cache_denials
+        ),
+        (2, 11, 2)
+    );
 }
 
 /// An abusive key: after Redis's first denial the cache answers it locally, and every local
@@ -121,7 +173,7 @@ async fn the_deny_cache_answers_an_abuser_locally_and_never_admits_what_redis_de
     assert_eq!(allowed, 5);
     let stats = cached.stats();
     assert!(
-        stats.round_trips <= 10 && stats.cache_denials >= 290,
+        stats.redis_decisions <= 10 && stats.cache_denials >= 290,
         "round trips should stop once the key is denied: {stats:?}"
     );
     // Invalidation sends the key to Redis again.

@@ -48,6 +48,9 @@ impl Net {
     }
 }
 
+/// A caller's key function: the key bytes of a request, or `None`.
+pub type KeyFn = Arc<dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync>;
+
 /// How a policy picks the key of a request.
 #[derive(Clone)]
 pub enum KeyBy {
@@ -75,7 +78,7 @@ pub enum KeyBy {
     /// One key for every request: a global cap.
     Global,
     /// A function of the request's head; `None` shares one "missing" key.
-    Custom(Arc<dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync>),
+    Custom(KeyFn),
 }
 
 impl std::fmt::Debug for KeyBy {

@@ -44,7 +44,7 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 
-pub use key::{KeyBy, Net, PeerAddr};
+pub use key::{KeyBy, KeyFn, Net, PeerAddr};
 
 /// A bad configuration, reported by [`Builder::build`].
 #[derive(Debug)]

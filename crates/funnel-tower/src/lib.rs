@@ -29,6 +29,7 @@
 //! the true time), and otherwise the seconds until the funnel is empty again, rounded up.
 
 mod key;
+pub mod spec;
 
 use std::future::Future;
 use std::pin::Pin;

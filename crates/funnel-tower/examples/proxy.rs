@@ -1,0 +1,248 @@
+//! A small reverse proxy with funnel's layer in front of one upstream.
+//!
+//! ```sh
+//! cargo run --release -p funnel-tower --example proxy -- \
+//!     --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \
+//!     --limit "ip=10/1s,burst=20" --limit "route=1000/60s"
+//! ```
+//!
+//! Run with `--help` for every flag; the `--limit` syntax is in `funnel_tower::spec`.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use funnel_tower::spec::parse_limit;
+use funnel_tower::{Net, PeerAddr, RateLimitLayer, Report};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tower_layer::Layer;
+
+const HELP: &str = "\
+proxy: a reverse proxy to one upstream, rate-limited by funnel
+
+USAGE:
+    proxy --upstream <http://host:port> [--listen <addr:port>] [--limit <spec>]... [options]
+
+OPTIONS:
+    --listen <addr:port>   where to listen (default 127.0.0.1:8080)
+    --upstream <url>       the upstream, http://host:port (required)
+    --limit <spec>         a limit, repeatable; every limit is charged or none:
+                               <key>=<count>/<period>[,burst=<n>]
+                               key:    ip | ip/<v6 prefix> | client | route | global | header:<name>
+                               period: <n>ms | <n>s | <n>m | <n>h
+                           e.g. \"ip=10/1s,burst=20\" \"route=1000/60s\" \"header:x-api-key=100/1m\"
+    --trust <net>          a proxy in front of this one whose X-Forwarded-For / Forwarded
+                           the `client` key believes (repeatable; none by default)
+    --shadow               evaluate and count, add headers, never reject
+    --legacy-headers       X-RateLimit-Limit/Remaining/Reset instead of RateLimit-Policy/RateLimit
+    --closest              RateLimit headers for the policy closest to its limit only
+    --no-limit             forward everything (a baseline for load tests)
+    -h, --help             this text
+";
+
+struct Args {
+    listen: SocketAddr,
+    upstream: Uri,
+    limits: Vec<String>,
+    trusted: Vec<Net>,
+    shadow: bool,
+    report: Report,
+    no_limit: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let mut args = Args {
+        listen: "127.0.0.1:8080".parse().expect("a valid default"),
+        upstream: Uri::default(),
+        limits: Vec::new(),
+        trusted: Vec::new(),
+        shadow: false,
+        report: Report::All,
+        no_limit: false,
+    };
+    let mut upstream = None;
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => {
+                print!("{HELP}");
+                std::process::exit(0);
+            }
+            "--listen" => {
+                let v = value("--listen")?;
+                args.listen = v
+                    .parse()
+                    .map_err(|_| format!("--listen {v:?}: not addr:port"))?;
+            }
+            "--upstream" => {
+                let v = value("--upstream")?;
+                let uri: Uri = v
+                    .parse()
+                    .map_err(|_| format!("--upstream {v:?}: not a URL"))?;
+                if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+                    return Err(format!("--upstream {v:?}: expected http://host:port"));
+                }
+                upstream = Some(uri);
+            }
+            "--limit" => args.limits.push(value("--limit")?),
+            "--trust" => {
+                let v = value("--trust")?;
+                args.trusted
+                    .push(Net::parse(&v).ok_or(format!("--trust {v:?}: not a network"))?);
+            }
+            "--shadow" => args.shadow = true,
+            "--legacy-headers" => args.report = Report::Legacy,
+            "--closest" => args.report = Report::Closest,
+            "--no-limit" => args.no_limit = true,
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        }
+    }
+    args.upstream = upstream.ok_or("--upstream is required (see --help)")?;
+    if args.limits.is_empty() && !args.no_limit {
+        return Err("give at least one --limit, or --no-limit (see --help)".into());
+    }
+    Ok(args)
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+/// What the server sends: the upstream's body or the layer's rejection, errors boxed.
+type OutBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Forwards a request to the upstream, keeping method, path, query and headers.
+#[derive(Clone)]
+struct Forward {
+    client: Client<HttpConnector, Incoming>,
+    upstream: Uri,
+}
+
+impl tower_service::Service<Request<Incoming>> for Forward {
+    type Response = Response<ProxyBody>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let (mut parts, body) = req.into_parts();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = format!(
+            "http://{}{}",
+            self.upstream.authority().map_or("", |a| a.as_str()),
+            path
+        );
+        let client = self.client.clone();
+        Box::pin(async move {
+            match uri.parse() {
+                Ok(uri) => parts.uri = uri,
+                Err(_) => return Ok(status(StatusCode::BAD_REQUEST)),
+            }
+            match client.request(Request::from_parts(parts, body)).await {
+                Ok(resp) => Ok(resp.map(|b| b.boxed())),
+                Err(_) => Ok(status(StatusCode::BAD_GATEWAY)),
+            }
+        })
+    }
+}
+
+fn status(code: StatusCode) -> Response<ProxyBody> {
+    let mut r = Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = code;
+    r
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("proxy: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut builder = RateLimitLayer::builder()
+        .shadow(args.shadow)
+        .report(args.report);
+    for spec in &args.limits {
+        match parse_limit(spec, &args.trusted) {
+            Ok(p) => builder = builder.policy(p.name, p.key, p.quota),
+            Err(e) => {
+                eprintln!("proxy: {e}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let forward = Forward {
+        client: Client::builder(TokioExecutor::new()).build_http(),
+        upstream: args.upstream.clone(),
+    };
+    let layer = if args.no_limit {
+        None
+    } else {
+        match builder.build() {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("proxy: {e}");
+                std::process::exit(2);
+            }
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("proxy: cannot listen on {}: {e}", args.listen);
+            std::process::exit(1);
+        }
+    };
+    eprintln!(
+        "proxy: {} -> {} ({} limit(s){}{})",
+        args.listen,
+        args.upstream,
+        args.limits.len(),
+        if args.shadow { ", shadow" } else { "" },
+        if args.no_limit { ", no limit" } else { "" }
+    );
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let forward = forward.clone();
+        let limited = layer.as_ref().map(|l| l.layer(forward.clone()));
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(PeerAddr(peer));
+                let (mut limited, mut forward) = (limited.clone(), forward.clone());
+                async move {
+                    let r: Result<Response<OutBody>, std::convert::Infallible> = match &mut limited
+                    {
+                        Some(l) => tower_service::Service::call(l, req)
+                            .await
+                            .map(|r| r.map(|b| b.boxed())),
+                        None => tower_service::Service::call(&mut forward, req)
+                            .await
+                            .map(|r| r.map(|b| b.map_err(Into::into).boxed())),
+                    };
+                    r
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}

@@ -6,8 +6,8 @@
 #   bash crates/funnel-tower/bench/wrk.sh            # 5 s per row
 #   SECONDS_PER_ROW=30 bash crates/funnel-tower/bench/wrk.sh
 #
-# tower_governor is not in the table: no release of it builds against this workspace's tower
-# and http versions offline here, so it is not measured.
+# tower_governor (0.8, over governor's keyed limiter) runs in the same proxy (`--governor`)
+# with the same per-IP quota; it adds no rate-limit headers to its responses, funnel adds two.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DUR="${SECONDS_PER_ROW:-5}"
@@ -42,4 +42,6 @@ row() {
 }
 row "no limiter" --no-limit
 row "funnel, high limit (all allowed)" --limit "ip=100000000/1s" --limit "route=100000000/1s"
+row "tower_governor, high limit" --governor --limit "ip=100000000/1s"
 row "funnel, low limit (mostly 429)" --limit "ip=10/1s" --limit "route=100000000/1s"
+row "tower_governor, low limit" --governor --limit "ip=10/1s"

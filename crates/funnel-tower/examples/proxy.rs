@@ -40,6 +40,8 @@ OPTIONS:
     --legacy-headers       X-RateLimit-Limit/Remaining/Reset instead of RateLimit-Policy/RateLimit
     --closest              RateLimit headers for the policy closest to its limit only
     --no-limit             forward everything (a baseline for load tests)
+    --governor             limit with tower_governor instead of funnel (for load tests): the
+                           first --limit, which must be an `ip` key, as its per-IP quota
     -h, --help             this text
 ";
 
@@ -51,6 +53,7 @@ struct Args {
     shadow: bool,
     report: Report,
     no_limit: bool,
+    governor: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -63,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         shadow: false,
         report: Report::All,
         no_limit: false,
+        governor: false,
     };
     let mut upstream = None;
     while let Some(a) = it.next() {
@@ -98,6 +102,7 @@ fn parse_args() -> Result<Args, String> {
             "--legacy-headers" => args.report = Report::Legacy,
             "--closest" => args.report = Report::Closest,
             "--no-limit" => args.no_limit = true,
+            "--governor" => args.governor = true,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -110,7 +115,8 @@ fn parse_args() -> Result<Args, String> {
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 /// What the server sends: the upstream's body or the layer's rejection, errors boxed.
-type OutBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+type OutBody =
+    http_body_util::combinators::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Forwards a request to the upstream, keeping method, path, query and headers.
 #[derive(Clone)]
@@ -155,6 +161,67 @@ impl tower_service::Service<Request<Incoming>> for Forward {
     }
 }
 
+type GovernorLayer = tower_governor::GovernorLayer<
+    tower_governor::key_extractor::PeerIpKeyExtractor,
+    governor::middleware::NoOpMiddleware,
+    axum::body::Body,
+>;
+
+/// [`Forward`] answering with axum's body type, the one tower_governor builds its 429 in.
+#[derive(Clone)]
+struct ForwardAxum(Forward);
+
+impl tower_service::Service<Request<Incoming>> for ForwardAxum {
+    type Response = Response<axum::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let fut = tower_service::Service::call(&mut self.0, req);
+        Box::pin(async move { fut.await.map(|r| r.map(axum::body::Body::new)) })
+    }
+}
+
+/// tower_governor with the first `--limit` (an `ip` key) as its per-IP quota: one cell every
+/// emission interval, a burst of the limit; denials answered 429 with `Retry-After`.
+fn governor_layer(args: &Args) -> Result<GovernorLayer, String> {
+    let spec = args.limits.first().ok_or("--governor needs a --limit")?;
+    if !spec.starts_with("ip=") {
+        return Err(format!("--governor takes an `ip=` limit, not {spec:?}"));
+    }
+    let p = parse_limit(spec, &[]).map_err(|e| e.to_string())?;
+    let interval = u64::try_from(p.quota.emission_interval().as_nanos()).unwrap_or(u64::MAX);
+    let burst = u32::try_from(p.quota.limit()).map_err(|_| "burst too large for governor")?;
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(interval.max(1))
+        .burst_size(burst)
+        .finish()
+        .ok_or("tower_governor rejected the quota")?;
+    Ok(
+        tower_governor::GovernorLayer::new(config).error_handler(|e| {
+            let mut r = Response::new(axum::body::Body::empty());
+            *r.status_mut() = match e {
+                tower_governor::GovernorError::TooManyRequests { wait_time, .. } => {
+                    r.headers_mut()
+                        .insert(http::header::RETRY_AFTER, wait_time.into());
+                    StatusCode::TOO_MANY_REQUESTS
+                }
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            r
+        }),
+    )
+}
+
 fn status(code: StatusCode) -> Response<ProxyBody> {
     let mut r = Response::new(
         Full::new(Bytes::new())
@@ -190,7 +257,7 @@ async fn main() {
         client: Client::builder(TokioExecutor::new()).build_http(),
         upstream: args.upstream.clone(),
     };
-    let layer = if args.no_limit {
+    let layer = if args.no_limit || args.governor {
         None
     } else {
         match builder.build() {
@@ -200,6 +267,17 @@ async fn main() {
                 std::process::exit(2);
             }
         }
+    };
+    let governor = if args.governor {
+        match governor_layer(&args) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                eprintln!("proxy: {e}");
+                std::process::exit(2);
+            }
+        }
+    } else {
+        None
     };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -223,20 +301,30 @@ async fn main() {
         let _ = stream.set_nodelay(true);
         let forward = forward.clone();
         let limited = layer.as_ref().map(|l| l.layer(forward.clone()));
+        let governed = governor
+            .as_ref()
+            .map(|g| g.layer(ForwardAxum(forward.clone())));
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 req.extensions_mut().insert(PeerAddr(peer));
-                let (mut limited, mut forward) = (limited.clone(), forward.clone());
+                // tower_governor's peer (its `axum` feature reads axum's ConnectInfo).
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                let (mut limited, mut governed, mut forward) =
+                    (limited.clone(), governed.clone(), forward.clone());
                 async move {
-                    let r: Result<Response<OutBody>, std::convert::Infallible> = match &mut limited
-                    {
-                        Some(l) => tower_service::Service::call(l, req)
-                            .await
-                            .map(|r| r.map(|b| b.boxed())),
-                        None => tower_service::Service::call(&mut forward, req)
-                            .await
-                            .map(|r| r.map(|b| b.map_err(Into::into).boxed())),
-                    };
+                    let r: Result<Response<OutBody>, std::convert::Infallible> =
+                        match (&mut limited, &mut governed) {
+                            (Some(l), _) => tower_service::Service::call(l, req)
+                                .await
+                                .map(|r| r.map(|b| b.boxed_unsync())),
+                            (None, Some(g)) => tower_service::Service::call(g, req)
+                                .await
+                                .map(|r| r.map(|b| b.map_err(Into::into).boxed_unsync())),
+                            (None, None) => tower_service::Service::call(&mut forward, req)
+                                .await
+                                .map(|r| r.map(|b| b.map_err(Into::into).boxed_unsync())),
+                        };
                     r
                 }
             });

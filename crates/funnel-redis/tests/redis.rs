@@ -53,6 +53,54 @@ async fn five_integers_match_the_in_process_limiter() {
     }
 }
 
+/// The replay file's requests (its quotas and costs, one `RedisLimiter` per quota sharing one
+/// key space, as CL.THROTTLE takes its parameters per call), decided by Redis at the server's
+/// times: the five integers equal the in-process limiter's fed the same times. Lines the
+/// replay parser rejects (bad arguments) are rejected by `Quota::from_cl_throttle` here too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_integers_match_on_the_replay_cases() {
+    let server = Server::start();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/data/replay.txt"
+    );
+    let text = std::fs::read_to_string(path).expect("the replay file");
+    let local = Limiter::<str>::builder(Quota::per_second(1).unwrap())
+        .build()
+        .unwrap();
+    let mut decided = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let nums: Vec<i64> = f.iter().skip(2).filter_map(|x| x.parse().ok()).collect();
+        if f.len() < 5 || f[0].parse::<u64>().is_err() || nums.len() != f.len() - 2 {
+            continue; // malformed line: the replay parser's business
+        }
+        let Ok(quota) = Quota::from_cl_throttle(nums[0], nums[1], nums[2]) else {
+            continue;
+        };
+        let Ok(n) = u64::try_from(nums.get(3).copied().unwrap_or(1)) else {
+            continue;
+        };
+        let remote = RedisLimiter::builder(server.url(), quota)
+            .prefix("replay:")
+            .timeout(GENEROUS)
+            .build()
+            .await
+            .expect("every replay quota has a whole-microsecond interval");
+        let key = f[1];
+        let checked = remote.check_n(key, n).await.unwrap();
+        let now = checked.server_now.unwrap();
+        let expected = local.throttle_at(key, &quota, n, now);
+        assert_eq!(
+            checked.decision.to_cl_throttle(),
+            expected.to_cl_throttle(),
+            "{line}"
+        );
+        decided += 1;
+    }
+    assert_eq!(decided, 12, "every valid line of the replay file");
+}
+
 /// Four instances, each with its own connection, 200 concurrent requests on one key limited
 /// to 50 an hour: exactly 50 admitted in total.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

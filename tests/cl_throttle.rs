@@ -1,5 +1,5 @@
 //! CL.THROTTLE's five integers, exactly as redis-cell 0.5.0 answers them
-//! (`shared/spec/cl-throttle.md`), through every public path that decides:
+//! (docs/DESIGN.md, "The arithmetic"), through every public path that decides:
 //! [`Funnel::check_n_at`], [`Limiter::throttle_at`] and [`Replay::line`].
 //!
 //! * the spec's "Observed replies" rows and redis-cell's own unit-test sequence, one test per row

@@ -1,6 +1,6 @@
 //! Where redis-cell wraps, aborts or silently accepts, funnel answers with a typed
 //! [`funnel::Error`] (or an ordinary decision), never a panic or a wrap
-//! (`shared/spec/cl-throttle.md`, "Where redis-cell is wrong, and we must not be"):
+//! (docs/DESIGN.md, "Where we differ from redis-cell on purpose"):
 //!
 //! * every bad quota: zero count or period, `T` under 1 ns, `max_burst` at and near `u64::MAX`,
 //!   extreme and negative CL.THROTTLE integers, tolerances above 2^60 ns, `Duration::MAX`;

@@ -1,7 +1,7 @@
 //! What the benches share: the quotas, the key sets and access streams every competitor is
 //! given, a thread harness for `iter_custom`, and a resident-memory probe.
 //!
-//! Honesty rules (see `/work/shared/STYLE.md`, "Benchmarks are honest"): every competitor in a
+//! Honesty rules (the project's benchmark rules, BENCHMARKS.md "What is measured"): every competitor in a
 //! group reads the same pre-generated keys in the same order, on the same number of threads,
 //! with the same quota, and reads the same kind of clock (quanta) once per decision.
 

@@ -1,5 +1,5 @@
 //! The plain reference model of CL.THROTTLE: i128 integers, no atomics, no table, no eviction,
-//! written from the spec (`shared/spec/cl-throttle.md`) and redis-cell's reference semantics,
+//! written from the CL.THROTTLE semantics in docs/DESIGN.md, "The arithmetic", and redis-cell's reference semantics,
 //! independently of the crate's arithmetic. Tests, stress tests and fuzz targets compare the
 //! engine against it.
 //!

@@ -1,6 +1,7 @@
 //! # funnel
 //!
-//! A lock-free, bounded-memory keyed rate limiter for the hot path of proxies and gateways.
+//! A bounded-memory keyed rate limiter for the hot path of proxies and gateways: lock-free
+//! updates; new keys take a per-bucket creation lock.
 //!
 //! Each key (a client IP, a token, a `user:action` string) gets a **funnel** (a leaky bucket used
 //! as a meter): a burst capacity, the *limit*, that leaks back at `count` actions per `period`;

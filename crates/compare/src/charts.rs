@@ -53,7 +53,7 @@ pub fn charts(ctx: &Ctx, dir: &std::path::Path) -> Result<Vec<(String, String)>,
                     &groups,
                     &series,
                 );
-                crate::report::write(dir, &name, &text)?;
+                crate::report::write(dir, &name, &text?)?;
                 made.push((name, title));
             }
         }
@@ -95,7 +95,7 @@ pub fn charts(ctx: &Ctx, dir: &std::path::Path) -> Result<Vec<(String, String)>,
                 "decisions/s (log scale)",
                 &series,
             );
-            crate::report::write(dir, &name, &text)?;
+            crate::report::write(dir, &name, &text?)?;
             made.push((name, title));
         }
     }
@@ -139,7 +139,7 @@ pub fn charts(ctx: &Ctx, dir: &std::path::Path) -> Result<Vec<(String, String)>,
         let name = format!("redis-vs-inproc-{q}.svg");
         let title = format!("1,000 String keys, {q} quota: in process vs through Redis");
         let text = svg::horizontal_bars(&title, "decisions/s (log scale)", &bars);
-        crate::report::write(dir, &name, &text)?;
+        crate::report::write(dir, &name, &text?)?;
         made.push((name, title));
     }
     Ok(made)

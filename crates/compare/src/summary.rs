@@ -95,24 +95,58 @@ pub fn markdown(
             .join(", "),
     ]);
     s.push_str(&t.markdown());
-    let _ = writeln!(s, "\n#### Method\n");
-    let _ = writeln!(
-        s,
-        "* Runs: {} timed runs of {:.2} s per configuration (Redis: {:.2} s); cells show the median, with min–max in the appendix. \
-         Threads: {}. Keys are generated before timing, one array per thread ({} per thread; churn: {} new keys per thread), \
-         and threads start on a barrier and stop together.",
-        o.runs,
-        o.duration.as_secs_f64(),
-        o.redis_duration.as_secs_f64(),
-        o.threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
-        fmt_int(workloads(o.quick).first().map(|w| w.array_len as u64).unwrap_or(0)),
-        fmt_int(workloads(o.quick).iter().find(|w| w.role == "W5").map(|w| w.array_len as u64).unwrap_or(0)),
-    );
-    let _ = writeln!(s, "* Clock policy (workloads 1–5): {}. The attack mix passes each request's trace time to every limiter (funnel `check_at`, the Mutex<HashMap> funnel's `now` argument, governor through a `Clock` that reads it from a thread-local). The Redis Lua scripts read the server's clock (`TIME`, µs) inside the script; the non-atomic hash uses the client's wall clock in ms, as article 000's Java does.", o.clock.describe());
-    let _ = writeln!(s, "* Quotas: `allow` = {}; `deny` = {}. Every competitor gets the same quota; the `allowed` column of the appendix shows they did the same work.", QuotaKind::Allow.describe(), QuotaKind::Deny.describe());
-    let _ = writeln!(s, "* Keys: `u64` ids, or `String`s `user:<id>`. Before timing, every key of the key space gets one request (not for churn). funnel's capacity is the next power of two at or above 1.5 × the key space (at least 1,024); churn uses a table of 65,536 slots against a stream of new keys. governor and the Mutex<HashMap> funnel are unbounded.");
-    let _ = writeln!(s, "* Competitors: `funnel` (`Limiter`, one `check` per decision), `funnel-batch` (the same `Limiter` through `check_batch`, 32 keys a call, one clock read per call), `governor-direct` (one un-keyed state; hot key only), `governor-keyed` (`RateLimiter::keyed`: DashMap store, std `RandomState` = SipHash-1-3), `governor-keyed-ahash` (`dashmap_with_hasher(ahash::RandomState)`), `mutex-map` (the first article's design: one `Mutex<HashMap>` of funnels, ahash; `benches/common/mutex_map.rs`). pingora-limits is not available offline and is not measured.");
-    let _ = writeln!(s, "* Ratios `(N×)` are funnel's median ÷ the competitor's median in the same cell: above 1 means funnel is faster. ns/decision is wall time per decision on each thread (threads ÷ decisions/s).");
+    let _ = writeln!(s, "\n#### Run parameters\n");
+    let mut p = Table::new(&["", ""], &[false, false]);
+    p.rows.push(vec![
+        "timed runs per configuration".into(),
+        format!(
+            "{} of {:.2} s (Redis: {:.2} s)",
+            o.runs,
+            o.duration.as_secs_f64(),
+            o.redis_duration.as_secs_f64()
+        ),
+    ]);
+    p.rows.push(vec![
+        "threads".into(),
+        o.threads
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    ]);
+    p.rows.push(vec![
+        "keys drawn per thread".into(),
+        format!(
+            "{} (churn: {} new keys)",
+            fmt_int(
+                workloads(o.quick)
+                    .first()
+                    .map(|w| w.array_len as u64)
+                    .unwrap_or(0)
+            ),
+            fmt_int(
+                workloads(o.quick)
+                    .iter()
+                    .find(|w| w.role == "W5")
+                    .map(|w| w.array_len as u64)
+                    .unwrap_or(0)
+            ),
+        ),
+    ]);
+    p.rows.push(vec![
+        "clock (workloads 1–5)".into(),
+        o.clock.describe().into(),
+    ]);
+    p.rows.push(vec![
+        "quota `allow`".into(),
+        QuotaKind::Allow.describe().into(),
+    ]);
+    p.rows.push(vec![
+        "quota `deny`".into(),
+        QuotaKind::Deny.describe().into(),
+    ]);
+    s.push_str(&p.markdown());
+    s.push('\n');
     for f in &ctx.facts {
         let _ = writeln!(s, "* {f}");
     }
@@ -153,7 +187,6 @@ pub fn markdown(
             s,
             "\n#### Attack mix: 90% legitimate Zipf keys, 10% unique-key flood\n"
         );
-        let _ = writeln!(s, "Wrongly admitted / denied: legitimate requests decided differently from the unbounded reference (funnel's arithmetic in a HashMap); the same trace for every competitor.\n");
         s.push_str(&attack.markdown());
     }
     let _ = writeln!(
@@ -164,14 +197,17 @@ pub fn markdown(
     if redis.rows.is_empty() {
         let _ = writeln!(s, "{}\n", ctx.redis_status);
     } else {
-        let _ = writeln!(s, "{}. `funnel ÷ this`: funnel on hot-1k String keys, same quota, as many threads as connections.\n", ctx.redis_status);
+        let _ = writeln!(s, "{}.\n", ctx.redis_status);
         s.push_str(&redis.markdown());
     }
     let _ = writeln!(s, "\n#### Over-admission under contention\n");
     s.push_str(&over_table(ctx).markdown());
     let _ = writeln!(s, "\n#### Memory per key\n");
     s.push_str(&memory_table(ctx).markdown());
-    let _ = writeln!(s, "\n#### The articles' figures next to ours\n");
+    let _ = writeln!(
+        s,
+        "\n#### Published Redis and Mutex<HashMap> figures next to ours\n"
+    );
     s.push_str(&articles_table(ctx).markdown());
     let _ = writeln!(s, "\n#### Where funnel is not clearly ahead in this run\n");
     let weak = weak_spots(ctx);
@@ -195,40 +231,8 @@ pub fn markdown(
     }
     let _ = writeln!(
         s,
-        "\n#### Appendix: every configuration, median with min–max\n\n\
-         `CPU share`: the median share of the run's thread-time spent on a CPU; `÷ CPU share`: the median of \
-         decisions/s ÷ that share, an estimate of the rate on a machine without other work (it ignores the \
-         cache and memory bandwidth the other work also took, and overstates two-thread runs whose threads \
-         did not run at the same time).\n"
+        "\n#### Appendix: every configuration, median with min–max\n"
     );
     s.push_str(&appendix_table(ctx).markdown());
-    s
-}
-
-/// The part of the summary printed on stdout.
-pub fn terminal(ctx: &Ctx) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "\nIn process: decisions/s, median [ns per decision per thread] (funnel ÷ competitor); clock: {}\n", ctx.opts.clock.label());
-    s.push_str(&main_table(ctx).text());
-    let attack = attack_table(ctx);
-    if !attack.rows.is_empty() {
-        let _ = writeln!(s, "\nAttack mix (trace clock)\n");
-        s.push_str(&attack.text());
-    }
-    let redis = redis_table(ctx);
-    let _ = writeln!(s, "\nRedis: {}\n", ctx.redis_status);
-    if !redis.rows.is_empty() {
-        s.push_str(&redis.text());
-    }
-    if !ctx.over.is_empty() {
-        let _ = writeln!(s, "\nOver-admission\n");
-        s.push_str(&over_table(ctx).text());
-    }
-    if !ctx.memory.is_empty() {
-        let _ = writeln!(s, "\nMemory per key\n");
-        s.push_str(&memory_table(ctx).text());
-    }
-    let _ = writeln!(s, "\nTargets\n");
-    s.push_str(&targets_table(&targets(ctx)).text().replace("**", ""));
     s
 }

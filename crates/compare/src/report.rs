@@ -1,7 +1,6 @@
 //! Results: one [`Row`] per configuration (all its runs), medians with min and max, number
-//! formatting, and the CSV files.
+//! formatting.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::runner::Run;
@@ -230,89 +229,6 @@ pub fn fmt_count_short(n: u64) -> String {
         n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
         n => n.to_string(),
     }
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-/// `results.csv`: one line per configuration; `runs.csv`: one line per timed run.
-pub fn write_csv(dir: &Path, rows: &[Row]) -> Result<(), String> {
-    let mut s = String::from(
-        "section,workload,key_space,key_type,quota,threads,pipeline,competitor,clock,capacity,runs,\
-         median_decisions_per_s,min_decisions_per_s,max_decisions_per_s,ns_per_decision_per_thread,\
-         allowed_fraction,cpu_share,median_decisions_per_cpu_s,legit_requests,wrongly_admitted,wrongly_denied,note\n",
-    );
-    let mut runs = String::from(
-        "section,workload,key_type,quota,threads,pipeline,competitor,run,decisions,allowed,elapsed_s,decisions_per_s,cpu_share\n",
-    );
-    for r in rows {
-        let (legit, wa, wd) = r.attack_errors();
-        let attack = r.section == Section::Attack;
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.2},{:.6},{:.3},{:.0},{},{},{},{}",
-            r.section.label(),
-            csv_field(&r.workload),
-            r.key_space,
-            r.key_type,
-            csv_field(&r.quota),
-            r.threads,
-            r.pipeline,
-            csv_field(&r.competitor),
-            r.clock,
-            csv_field(&r.capacity),
-            r.runs.len(),
-            r.median(),
-            r.min(),
-            r.max(),
-            r.ns_per_decision(),
-            r.allowed_fraction(),
-            r.cpu_share(),
-            r.median_per_cpu(),
-            if attack {
-                legit.to_string()
-            } else {
-                String::new()
-            },
-            if attack {
-                wa.to_string()
-            } else {
-                String::new()
-            },
-            if attack {
-                wd.to_string()
-            } else {
-                String::new()
-            },
-            csv_field(&r.note),
-        );
-        for (i, run) in r.runs.iter().enumerate() {
-            let _ = writeln!(
-                runs,
-                "{},{},{},{},{},{},{},{},{},{},{:.6},{:.0},{:.3}",
-                r.section.label(),
-                csv_field(&r.workload),
-                r.key_type,
-                csv_field(&r.quota),
-                r.threads,
-                r.pipeline,
-                csv_field(&r.competitor),
-                i + 1,
-                run.decisions,
-                run.allowed,
-                run.elapsed.as_secs_f64(),
-                run.per_sec(),
-                run.cpu_share
-            );
-        }
-    }
-    write(dir, "results.csv", &s)?;
-    write(dir, "runs.csv", &runs)
 }
 
 pub fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {

@@ -300,7 +300,7 @@ pub fn nz(n: u32) -> NonZeroU32 {
 // construction, per clock policy
 
 /// The clock every limiter reads in workloads 1–5.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClockPolicy {
     /// Each limiter reads a real TSC clock through quanta on every decision: funnel's default
     /// `QuantaClock`, governor's default `QuantaClock`, and funnel's `QuantaClock` for the

@@ -1,4 +1,4 @@
-//! `cargo run --release --example compare`: funnel against governor, a Mutex<HashMap> funnel
+//! `cargo run --release -p funnel-compare`: funnel against governor, a Mutex<HashMap> funnel
 //! and Redis-backed limiters, on the same workloads, keys, quotas, clocks and threads.
 //!
 //! Workloads (`inproc.rs`, `attack.rs`): 1. one hot key; 2. a hot set of 1,000 keys; 3. Zipf
@@ -15,12 +15,14 @@
 mod attack;
 mod charts;
 mod cli;
+mod csv_out;
+mod headline;
 mod inproc;
 mod keys;
 mod limiters;
 mod machine;
 mod memory;
-#[path = "../../benches/common/mutex_map.rs"]
+#[path = "../../../benches/common/mutex_map.rs"]
 mod mutex_map;
 mod progress;
 mod redis_rows;
@@ -32,7 +34,6 @@ mod svg;
 mod tables;
 mod targets;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -70,13 +71,8 @@ const BEGIN_MARK: &str = "<!-- BEGIN GENERATED: compare summary.md -->";
 const END_MARK: &str = "<!-- END GENERATED -->";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match cli::parse(args) {
+    let opts = match cli::parse() {
         Ok(Parsed::Run(o)) => o,
-        Ok(Parsed::Help) => {
-            print!("{}", cli::HELP);
-            return ExitCode::SUCCESS;
-        }
         Ok(Parsed::PublishFrom(dir)) => {
             return match publish(&dir) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -185,8 +181,8 @@ fn run(opts: Options) -> Result<bool, String> {
     sanity_checks(&mut ctx);
     ctx.progress.finish();
 
-    report::write_csv(&dir, &ctx.rows)?;
-    write_memory_csv(&dir, &ctx)?;
+    csv_out::write_results(&dir, &ctx.rows)?;
+    csv_out::write_memory(&dir, &ctx)?;
     let charts = charts::charts(&ctx, &dir)?;
     let md_local = summary::markdown(&ctx, &run_id, &charts, "");
     report::write(&dir, "summary.md", &md_local)?;
@@ -196,9 +192,9 @@ fn run(opts: Options) -> Result<bool, String> {
     if ctx.opts.publish {
         publish(&dir)?;
     }
-    print!("{}", summary::terminal(&ctx));
+    print!("{}", headline::text(&ctx));
     println!(
-        "\nWrote {}/{{results.csv, runs.csv, memory.csv, summary.md, {} charts}} in {}.",
+        "\nWrote {}/{{summary.md (every table), results.csv, runs.csv, memory.csv, {} charts}} in {}.",
         dir.display(),
         charts.len(),
         progress::fmt_secs(ctx.progress.elapsed().as_secs_f64())
@@ -279,38 +275,10 @@ fn sanity_checks(ctx: &mut Ctx) {
     ctx.warnings.extend(warnings);
 }
 
-fn write_memory_csv(dir: &Path, ctx: &Ctx) -> Result<(), String> {
-    let mut s = String::from("store,key_type,keys,bytes_per_key,peak_bytes_per_key,method\n");
-    for m in &ctx.memory {
-        let _ = writeln!(
-            s,
-            "\"{}\",{},{},{:.2},{},\"{}\"",
-            m.store,
-            m.key_type,
-            m.keys,
-            m.bytes_per_key,
-            m.peak_per_key
-                .map(|p| format!("{p:.2}"))
-                .unwrap_or_default(),
-            m.method.replace('"', "'")
-        );
-    }
-    for o in &ctx.over {
-        let _ = writeln!(
-            s,
-            "\"over-admission {}\",,,{},,\"{}\"",
-            o.who,
-            o.admitted_over_limit,
-            o.method.replace('"', "'")
-        );
-    }
-    report::write(dir, "memory.csv", &s)
-}
-
 /// Copies a run's charts to docs/bench/ and replaces the generated section of BENCHMARKS.md
 /// with the run's `benchmarks-section.md`.
 pub fn publish(dir: &Path) -> Result<(), String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let charts_dir = root.join("docs/bench");
     std::fs::create_dir_all(&charts_dir)
         .map_err(|e| format!("creating {}: {e}", charts_dir.display()))?;

@@ -189,7 +189,7 @@ where
 // ---------------------------------------------------------------------------------------------
 // the Mutex<HashMap> funnel (benches/common/mutex_map.rs), with ahash like funnel
 
-/// The first article's design: a `HashMap` of funnels behind one `Mutex`, reading clock `C`.
+/// The design most services start with: a `HashMap` of funnels behind one `Mutex`, reading clock `C`.
 pub struct MutexMap<K, C> {
     pub map: MutexMapLimiter<K, ahash::RandomState>,
     pub clock: C,

@@ -20,7 +20,7 @@ use crate::Ctx;
 
 /// Pipeline depth of the pipelined rows.
 pub const PIPELINE: usize = 64;
-/// Over-admission test: threads, requests per thread, limit (article 003's demo: 100 threads
+/// Over-admission test: threads, requests per thread, limit (the usual over-admission demo: 100 threads
 /// against a limit of 10).
 pub const OVER_THREADS: usize = 100;
 pub const OVER_PER_THREAD: u64 = 10;

@@ -1,9 +1,9 @@
 //! Redis-backed competitors for funnel's comparison harness.
 //!
 //! * [`RedisServer`]: a private `redis-server` on a free 127.0.0.1 port, no persistence, killed on drop.
-//! * [`RedisAlgo`]: four ways people rate-limit with Redis, after the project's source articles:
-//!   a Lua token bucket (article 002), a sorted-set sliding-window log (article 003), a GCRA script
-//!   with CL.THROTTLE semantics, and the non-atomic hash read-compute-write of article 000.
+//! * [`RedisAlgo`]: four ways people rate-limit with Redis, as commonly published:
+//!   a Lua token bucket, a sorted-set sliding-window log, a GCRA script with CL.THROTTLE
+//!   semantics, and a non-atomic read-compute-write of a funnel kept in a hash.
 //! * [`run`] (throughput), [`over_admission`] (exactness under contention), [`memory_per_key`].
 //!
 //! Conventions: every script reads the server's clock with `TIME` and works in integer
@@ -13,7 +13,7 @@
 //! `over_admission` put the algorithm's label (`tb:`, `sw:`, `gcra:`, `naive-hash:`) before the caller's
 //! keys so the algorithms (which store different Redis types) never collide; `memory_per_key`
 //! flushes the database and uses bare keys. All traffic stays on 127.0.0.1. NaiveHash has no
-//! script: it computes in the client, with the client's wall clock in ms (as article 000's Java).
+//! script: it computes in the client, with the client's wall clock in ms (as the usual Java funnel does).
 //! The server dies with `RedisServer`'s drop, also on an error or a panic; only a signal that kills
 //! this process outright (SIGKILL, an unhandled Ctrl-C) leaves it running: its temp dir
 //! (`funnel-redis-<our pid>-<port>-...`) and port say which one it is.
@@ -283,17 +283,17 @@ fn data_memory_on(con: &mut Connection) -> Result<u64, String> {
     Ok(last)
 }
 
-// ---- The algorithms (Lua scripts written for this harness after the articles' descriptions) ----
+// ---- The algorithms (Lua scripts written for this harness after the common published forms) ----
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RedisAlgo {
-    /// Article 002: Lua token bucket via EVALSHA (bucket starts full, refill floor(elapsed*rate), timestamp only moves when >=1 token added).
+    /// Lua token bucket via EVALSHA (bucket starts full, refill floor(elapsed*rate), timestamp only moves when >=1 token added).
     TokenBucket,
-    /// Article 003: sorted-set sliding-window log (ZREMRANGEBYSCORE + ZCARD + ZADD in one Lua script via EVALSHA). Members must be unique per request.
+    /// Sorted-set sliding-window log (ZREMRANGEBYSCORE + ZCARD + ZADD in one Lua script via EVALSHA). Members must be unique per request.
     SlidingLog,
     /// GCRA Lua script with CL.THROTTLE semantics (returns the five integers; TAT in the key, PEXPIRE to reset-after), via EVALSHA.
     Gcra,
-    /// Article 000: the NON-atomic read-compute-write on a hash (HMGET fields, compute the funnel in the client, HMSET back) — no script, no lock, deliberately racy.
+    /// The NON-atomic read-compute-write on a hash (HMGET fields, compute the funnel in the client, HMSET back) — no script, no lock, deliberately racy.
     NaiveHash,
 }
 
@@ -322,12 +322,12 @@ impl RedisAlgo {
     }
 }
 
-/// Token bucket (article 002). Hash fields `tokens`, `ts` (µs). Capacity `limit`, refill `count` per
+/// Token bucket. Hash fields `tokens`, `ts` (µs). Capacity `limit`, refill `count` per
 /// `period`. First use: full bucket. Refill floor(elapsed * rate); only when that is >= 1 does `ts`
-/// move (to now, dropping the fraction, as in the article). Config comes in ARGV instead of living
-/// in the hash (one policy for all keys here), so the article's "-1: no policy" case cannot occur.
-/// Writes on every call, denial included; no expiry (as in the article).
-/// ARGV: capacity, count, period_us, cost. Returns 1 allowed, 0 limited (the article's convention).
+/// move (to now, dropping the fraction, as the common script does). Config comes in ARGV instead of living
+/// in the hash (one policy for all keys here), so the common script's "-1: no policy" case cannot occur.
+/// Writes on every call, denial included; no expiry (as the common script).
+/// ARGV: capacity, count, period_us, cost. Returns 1 allowed, 0 limited (the common script's convention).
 const TOKEN_BUCKET_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -352,11 +352,11 @@ end
 return ok
 "#;
 
-/// Sliding-window log (article 003). One zset member per admitted request, scored by its time (µs).
+/// Sliding-window log. One zset member per admitted request, scored by its time (µs).
 /// Drop members with score <= now - window, count the rest, admit (ZADD) if fewer than `max`.
 /// Member = "<now_us>-<client tag>", the tag being unique per connection and request, so two
 /// requests never share a member. Denials write nothing (ZREMRANGEBYSCORE aside); no expiry.
-/// ARGV: max, window_us, tag. Returns 0 allowed, 1 limited (the article's convention).
+/// ARGV: max, window_us, tag. Returns 0 allowed, 1 limited (the common script's convention).
 const SLIDING_LOG_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -423,7 +423,7 @@ struct Params {
     /// ARGV after the key, identical for every request (SlidingLog appends a per-request tag).
     argv: Vec<String>,
     limit: i64,
-    /// NaiveHash: units leaked per millisecond (article 000's `leakingRate`).
+    /// NaiveHash: units leaked per millisecond (the Java funnel's `leakingRate`).
     rate_per_ms: f64,
 }
 
@@ -582,8 +582,8 @@ impl<'a> Decider<'a> {
         }
     }
 
-    /// Article 000 distributed naively: HMGET the funnel's varying fields (`leftQuota`, `leakingTs`
-    /// in ms), run `makeSpace` + `watering(1)` here with the CLIENT's wall clock (as the article's
+    /// The Java funnel distributed naively: HMGET the funnel's varying fields (`leftQuota`, `leakingTs`
+    /// in ms), run `makeSpace` + `watering(1)` here with the CLIENT's wall clock (as the Java funnel's
     /// `System.currentTimeMillis()`), HMSET both back. Capacity and rate are the quota, not stored.
     /// Nothing stops another client from writing between our read and our write: lost updates.
     fn decide_naive(&mut self, keys: &[&str]) -> Result<u64, String> {
@@ -632,7 +632,7 @@ impl<'a> Decider<'a> {
     }
 }
 
-/// The article's Java `Funnel`: new funnels start full; `makeSpace` adds trunc(elapsed * rate) only
+/// The usual Java `Funnel`: new funnels start full; `makeSpace` adds trunc(elapsed * rate) only
 /// when that is >= 1 (then the timestamp moves to now); an elapsed time that is negative or whose
 /// leak overflows an int resets to full. Returns (allowed, leftQuota, leakingTs).
 fn naive_funnel(
@@ -854,7 +854,7 @@ pub fn run(
     )
 }
 
-/// First article's over-admission: `threads` threads (own connections, barrier start) each send `per_thread`
+/// The naive hash's over-admission: `threads` threads (own connections, barrier start) each send `per_thread`
 /// requests to ONE fresh key under a quota of `limit` with a very slow refill (1 per hour), using `algo`,
 /// one request per round trip. Returns how many were admitted (an atomic design admits exactly `limit`
 /// when threads*per_thread >= limit; NaiveHash admits more). The key is deleted afterwards.

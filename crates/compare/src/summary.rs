@@ -6,7 +6,7 @@ use crate::inproc::workloads;
 use crate::limiters::QuotaKind;
 use crate::report::fmt_int;
 use crate::tables::{
-    appendix_table, articles_table, attack_table, churn_table, funnel_table_table, main_table,
+    appendix_table, published_table, attack_table, churn_table, funnel_table_table, main_table,
     memory_table, over_table, prefill_table, redis_table, Table,
 };
 use crate::targets::{targets, targets_table, weak_spots};
@@ -208,7 +208,7 @@ pub fn markdown(
         s,
         "\n#### Published Redis and Mutex<HashMap> figures next to ours\n"
     );
-    s.push_str(&articles_table(ctx).markdown());
+    s.push_str(&published_table(ctx).markdown());
     let _ = writeln!(s, "\n#### Where funnel is not clearly ahead in this run\n");
     let weak = weak_spots(ctx);
     if weak.is_empty() {

@@ -1,5 +1,5 @@
 //! The summary's tables: in process with ratios against funnel, attack mix, Redis, memory,
-//! over-admission, the articles' figures, and the appendix with every configuration.
+//! over-admission, published figures, and the appendix with every configuration.
 
 use std::fmt::Write as _;
 
@@ -374,14 +374,14 @@ pub fn appendix_table(ctx: &Ctx) -> Table {
     t
 }
 
-/// The source articles' figures next to this run's.
-pub fn articles_table(ctx: &Ctx) -> Table {
+/// Published figures next to this run's.
+pub fn published_table(ctx: &Ctx) -> Table {
     let mut t = Table::new(
         &["source", "in memory", "through Redis", "ratio"],
         &[false, true, true, true],
     );
     t.rows.push(vec![
-        "article 001 (Erlang ETS funnel vs the author's Redis limiter)".into(),
+        "a published comparison: an Erlang ETS funnel vs its author's Redis limiter".into(),
         "about 270,000/s".into(),
         "about 20,000/s".into(),
         "about 13.5×".into(),
@@ -418,7 +418,7 @@ pub fn articles_table(ctx: &Ctx) -> Table {
     }
     if let Some(o) = ctx.over.iter().find(|o| o.who.contains("naive")) {
         t.rows.push(vec![
-            "article 000: fields in a Redis hash, read–compute–write (not atomic): requests admitted over the limit".into(),
+            "a funnel's fields in a Redis hash, read–compute–write (not atomic): requests admitted over the limit".into(),
             "–".into(),
             fmt_int(o.admitted_over_limit),
             o.method.clone(),

@@ -124,7 +124,7 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
             name_of_role(ctx, "W4")
         ),
     ));
-    // Issue 8: against the fair competitors (governor with ahash, the Mutex<HashMap>), on one
+    // Against the fair competitors (governor with ahash, the Mutex<HashMap>), on one
     // thread. The thresholds depend on the clock: with the clock read taken out for everyone
     // (`--clock manual`) the table's own cost shows.
     let manual = ctx.opts.clock.label() == "manual";

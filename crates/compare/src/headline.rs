@@ -115,6 +115,11 @@ pub fn text(ctx: &Ctx) -> String {
         );
         s.push_str(&r.text());
     }
+    let cache = crate::fleet_rows::cache_table(ctx);
+    if !cache.rows.is_empty() {
+        let _ = writeln!(s, "\nfunnel-redis (the funnel kept in Redis for a fleet), without and with its deny cache\n");
+        s.push_str(&cache.text());
+    }
     let targets = crate::targets::targets(ctx);
     let met = targets.iter().filter(|t| t.met == Some(true)).count();
     let missed = targets.iter().filter(|t| t.met == Some(false)).count();

@@ -16,6 +16,7 @@ mod attack;
 mod charts;
 mod cli;
 mod csv_out;
+mod fleet_rows;
 mod headline;
 mod inproc;
 mod keys;

@@ -53,7 +53,7 @@ pub fn plan_weight(o: &crate::cli::Options) -> f64 {
         * 2.0
         * o.runs as f64
         * o.redis_duration.as_secs_f64();
-    RedisAlgo::ALL.len() as f64 * (per_algo + 1.5) + 2.0
+    RedisAlgo::ALL.len() as f64 * (per_algo + 1.5) + 2.0 + crate::fleet_rows::plan_weight(o)
 }
 
 pub fn run(ctx: &mut Ctx) -> Result<(), String> {
@@ -191,6 +191,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), String> {
         });
         ctx.progress.advance(1.5);
     }
+    crate::fleet_rows::run(ctx, &server)?;
     server.flushall()?;
     drop(server);
     ctx.progress.advance(2.0);

@@ -6,8 +6,8 @@ use crate::inproc::workloads;
 use crate::limiters::QuotaKind;
 use crate::report::fmt_int;
 use crate::tables::{
-    appendix_table, published_table, attack_table, churn_table, funnel_table_table, main_table,
-    memory_table, over_table, prefill_table, redis_table, Table,
+    appendix_table, attack_table, churn_table, funnel_table_table, main_table, memory_table,
+    over_table, prefill_table, published_table, redis_table, Table,
 };
 use crate::targets::{targets, targets_table, weak_spots};
 use crate::Ctx;
@@ -199,6 +199,11 @@ pub fn markdown(
     } else {
         let _ = writeln!(s, "{}.\n", ctx.redis_status);
         s.push_str(&redis.markdown());
+    }
+    let cache = crate::fleet_rows::cache_table(ctx);
+    if !cache.rows.is_empty() {
+        let _ = writeln!(s, "\n#### funnel-redis: what the local deny cache saves\n");
+        s.push_str(&cache.markdown());
     }
     let _ = writeln!(s, "\n#### Over-admission under contention\n");
     s.push_str(&over_table(ctx).markdown());

@@ -1,8 +1,8 @@
-//! CL.THROTTLE's five integers, exactly as redis-cell 0.5.0 answers them
-//! (docs/DESIGN.md, "The arithmetic"), through every public path that decides:
+//! CL.THROTTLE's five integers, exactly as redis-cell 0.5.0 answers them (the rules and the
+//! examples are in docs/cl-throttle.md), through every public path that decides:
 //! [`Funnel::check_n_at`], [`Limiter::throttle_at`] and [`Replay::line`].
 //!
-//! * the spec's "Observed replies" rows and redis-cell's own unit-test sequence, one test per row
+//! * the worked examples of docs/cl-throttle.md and redis-cell's own unit-test sequence, one test per row
 //!   and path (`through_funnel::...`, `through_limiter::...`, `through_replay::...`);
 //! * rows whose emission interval is not a whole number of microseconds, where redis-cell's
 //!   `remaining` (whole microseconds divided) can be one above [`Decision::remaining`] (exact

@@ -2,8 +2,8 @@
 //! examples are in docs/cl-throttle.md), through every public path that decides:
 //! [`Funnel::check_n_at`], [`Limiter::throttle_at`] and [`Replay::line`].
 //!
-//! * the worked examples of docs/cl-throttle.md and redis-cell's own unit-test sequence, one test per row
-//!   and path (`through_funnel::...`, `through_limiter::...`, `through_replay::...`);
+//! * the worked examples of docs/cl-throttle.md and redis-cell's own unit-test sequence, one
+//!   test per row and path (`through_funnel::...`, `through_limiter::...`, `through_replay::...`);
 //! * rows whose emission interval is not a whole number of microseconds, where redis-cell's
 //!   `remaining` (whole microseconds divided) can be one above [`Decision::remaining`] (exact
 //!   nanoseconds);

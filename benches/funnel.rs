@@ -30,8 +30,7 @@ use funnel::{Funnel, Quota, Timestamp};
 use governor::clock::FakeRelativeClock;
 use governor::RateLimiter;
 
-#[path = "common/workload.rs"]
-mod workload;
+use funnel_testkit::workload;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -1,5 +1,5 @@
 //! The cost of the policies over a plain decision, single thread, 1,000 present `u64` keys
-//! walked in a fixed pseudo-random order, the always-allowing keyed quota of `keyed.rs`:
+//! walked in a fixed pseudo-random order, the always-allowing keyed quota of `funnel_testkit::workload`:
 //!
 //! * `limiter/check`: [`funnel::Limiter::check`], the single-limit hot path (unchanged by the
 //!   policies: this is the baseline);
@@ -12,8 +12,7 @@
 use criterion::{black_box, Criterion, Throughput};
 use funnel::{check_all, Limiter, LiveLimiter, NearLimit};
 
-#[path = "common/workload.rs"]
-mod workload;
+use funnel_testkit::workload;
 
 const KEYS: usize = 1_000;
 

@@ -5,8 +5,8 @@
 //! A bad line never stops the run.
 //!
 //! ```text
-//! cargo run --release --example replay < examples/data/replay.txt
-//! cargo run --release --example replay -- --capacity 4000000 < traffic.txt
+//! cargo run --release --features replay --example replay < examples/data/replay.txt
+//! cargo run --release --features replay --example replay -- --capacity 4000000 < traffic.txt
 //! ```
 
 use std::io::{BufRead, BufWriter, Write};

@@ -50,6 +50,7 @@ impl Timestamp {
         } else {
             Err(Error::TimeOutOfRange {
                 nanos: u128::from(nanos),
+                max_nanos: MAX_TIME_NANOS,
             })
         }
     }
@@ -64,7 +65,10 @@ impl Timestamp {
         u64::try_from(nanos)
             .ok()
             .and_then(|n| Timestamp::from_nanos(n).ok())
-            .ok_or(Error::TimeOutOfRange { nanos })
+            .ok_or(Error::TimeOutOfRange {
+                nanos,
+                max_nanos: MAX_TIME_NANOS,
+            })
     }
 
     /// Nanoseconds since the origin.
@@ -272,7 +276,8 @@ mod tests {
         assert_eq!(
             Timestamp::from_nanos(MAX_TIME_NANOS + 1),
             Err(Error::TimeOutOfRange {
-                nanos: u128::from(MAX_TIME_NANOS) + 1
+                nanos: u128::from(MAX_TIME_NANOS) + 1,
+                max_nanos: MAX_TIME_NANOS,
             })
         );
         assert!(Timestamp::from_duration(Duration::MAX).is_err());

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::quota::Quota;
+
 /// Why a request passed or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -59,7 +61,7 @@ const OUTCOME_SHIFT: u32 = 61;
 const LIMIT_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
 
 const _: () = assert!(
-    crate::state::MAX_TOLERANCE_NANOS <= LIMIT_MASK,
+    Quota::MAX_TOLERANCE_NANOS <= LIMIT_MASK,
     "any quota's limit fits below the outcome bits"
 );
 const _: () = assert!(std::mem::size_of::<Decision>() == 32);
@@ -91,18 +93,53 @@ impl Outcome {
 }
 
 impl Decision {
+    /// The request was charged; the funnel is back to a full burst after `reset_after` ns.
     #[inline]
-    pub(crate) fn new(
+    pub(crate) fn allowed(quota: &Quota, reset_after: u64) -> Self {
+        Self::with_outcome(Outcome::Allowed, quota, reset_after, 0)
+    }
+
+    /// The request did not fit: it would after `retry_after` ns; nothing was charged, and the
+    /// funnel is back to a full burst after `reset_after` ns.
+    #[inline]
+    pub(crate) fn limited(quota: &Quota, reset_after: u64, retry_after: u64) -> Self {
+        Self::with_outcome(Outcome::Limited, quota, reset_after, retry_after)
+    }
+
+    /// The request costs more than the quota's limit and can never pass.
+    #[inline]
+    pub(crate) fn over_limit(quota: &Quota, reset_after: u64) -> Self {
+        Self::with_outcome(Outcome::CostExceedsLimit, quota, reset_after, 0)
+    }
+
+    /// A new key found the table full ([`WhenFull::Deny`](crate::WhenFull::Deny)); a slot
+    /// recovers after `retry_after` ns.
+    #[inline]
+    pub(crate) fn turned_away(quota: &Quota, retry_after: u64) -> Self {
+        Self::with_outcome(Outcome::TurnedAway, quota, retry_after, retry_after)
+    }
+
+    /// A new key found the table full ([`WhenFull::Allow`](crate::WhenFull::Allow)) and was let
+    /// through as a fresh funnel would be, after which it would be full again in
+    /// `reset_after` ns.
+    #[inline]
+    pub(crate) fn allowed_untracked(quota: &Quota, reset_after: u64) -> Self {
+        Self::with_outcome(Outcome::AllowedUntracked, quota, reset_after, 0)
+    }
+
+    /// The common constructor: the quota gives the limit and the emission interval.
+    #[inline]
+    pub(crate) fn with_outcome(
         outcome: Outcome,
-        limit: u64,
-        t: u64,
+        quota: &Quota,
         reset_after: u64,
         retry_after: u64,
     ) -> Self {
+        let limit = quota.limit;
         debug_assert!(limit <= LIMIT_MASK, "a quota's limit is at most 2^60");
         Decision {
             limit_and_outcome: (limit & LIMIT_MASK) | (outcome.code() << OUTCOME_SHIFT),
-            t,
+            t: quota.t,
             reset_after,
             retry_after,
         }
@@ -238,7 +275,7 @@ mod tests {
     #[test]
     fn microsecond_remaining_can_exceed_the_exact_one() {
         // next = 2_000_000 ns, T = 1_000_500 ns: exact floor 1, redis-cell's 2000 us / 1000 us = 2.
-        let d = Decision::new(Outcome::Allowed, 2, 1_000_500, 1_000, 0);
+        let d = Decision::allowed(&Quota::view(1_000_500, 2), 1_000);
         assert_eq!(d.remaining(), 1);
         assert_eq!(d.to_cl_throttle()[2], 2);
     }
@@ -252,8 +289,8 @@ mod tests {
             Outcome::TurnedAway,
             Outcome::AllowedUntracked,
         ] {
-            for limit in [1, 2, 1 << 40, crate::state::MAX_TOLERANCE_NANOS] {
-                let d = Decision::new(outcome, limit, 1, 0, 0);
+            for limit in [1, 2, 1 << 40, Quota::MAX_TOLERANCE_NANOS] {
+                let d = Decision::with_outcome(outcome, &Quota::view(1, limit), 0, 0);
                 assert_eq!((d.outcome(), d.limit()), (outcome, limit));
                 assert_eq!(
                     d.is_allowed(),
@@ -265,13 +302,7 @@ mod tests {
 
     #[test]
     fn turned_away_reports_nothing_remaining_and_a_retry() {
-        let d = Decision::new(
-            Outcome::TurnedAway,
-            5,
-            1_000_000_000,
-            3_000_000_000,
-            3_000_000_000,
-        );
+        let d = Decision::turned_away(&Quota::view(1_000_000_000, 5), 3_000_000_000);
         assert_eq!(d.remaining(), 0);
         assert_eq!(d.retry_after(), Some(Duration::from_secs(3)));
         assert_eq!(d.to_cl_throttle(), [1, 5, 0, 3, 3]);

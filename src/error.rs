@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::clock::Timestamp;
-
 /// What went wrong when building a [`Quota`](crate::Quota), a [`Timestamp`] or a
 /// [`Limiter`](crate::Limiter).
 ///
@@ -49,7 +47,8 @@ pub enum Error {
     ToleranceTooLarge {
         /// `emission interval * limit` in nanoseconds, as an exact 128-bit product.
         tolerance_nanos: u128,
-        /// The largest tolerance accepted, [`MAX_TOLERANCE_NANOS`](crate::MAX_TOLERANCE_NANOS) (about 36.5 years).
+        /// The largest tolerance accepted, [`Quota::MAX_TOLERANCE_NANOS`](crate::Quota::MAX_TOLERANCE_NANOS)
+        /// (about 36.5 years).
         max_nanos: u64,
     },
     /// A CL.THROTTLE-style argument was negative (`max_burst`, `count`, `period` or `quantity`).
@@ -59,10 +58,13 @@ pub enum Error {
         /// Its value.
         value: i64,
     },
-    /// A timestamp lies beyond [`Timestamp::MAX`] (about 109 years after the clock's origin).
+    /// A timestamp lies beyond [`Timestamp::MAX`](crate::Timestamp::MAX) (about 109 years after
+    /// the clock's origin).
     TimeOutOfRange {
         /// The time asked for, in nanoseconds since the clock's origin.
         nanos: u128,
+        /// The latest time accepted, [`Timestamp::MAX`](crate::Timestamp::MAX) in nanoseconds.
+        max_nanos: u64,
     },
     /// A limiter's capacity was zero.
     ZeroCapacity,
@@ -109,10 +111,9 @@ impl fmt::Display for Error {
             Error::Negative { argument, value } => {
                 write!(f, "{argument} must not be negative (got {value})")
             }
-            Error::TimeOutOfRange { nanos } => write!(
+            Error::TimeOutOfRange { nanos, max_nanos } => write!(
                 f,
-                "time {nanos} ns is beyond the supported range of 0..={} ns (about 109 years)",
-                Timestamp::MAX.as_nanos()
+                "time {nanos} ns is beyond the supported range of 0..={max_nanos} ns (about 109 years)"
             ),
             Error::ZeroCapacity => f.write_str("capacity must be at least 1 key"),
             Error::CapacityTooLarge { requested, max } => {

@@ -6,7 +6,7 @@
 //! `TAT = new` written. `TAT <= now` is a funnel that has fully drained ("recovered"): it is
 //! indistinguishable from a key never seen, which is what lets the keyed table evict lazily.
 
-use crate::decision::{Decision, Outcome};
+use crate::decision::Decision;
 use crate::quota::Quota;
 
 /// Decides a request of `n` units at `now` on a funnel whose stored arrival time is `tat`
@@ -22,28 +22,19 @@ pub(crate) fn decide(tat: u64, now: u64, quota: &Quota, n: u64) -> (Decision, Op
     if n > limit {
         // Can never fit; redis-cell answers "limited, retry -1" and writes nothing.
         let reset = tat.saturating_sub(now);
-        return (
-            Decision::new(Outcome::CostExceedsLimit, limit, t, reset, 0),
-            None,
-        );
+        return (Decision::over_limit(quota, reset), None);
     }
     let base = if tat > now { tat } else { now };
     let new = base + n * t;
     if new <= now + tau {
         let write = if n == 0 { None } else { Some(new) };
-        (
-            Decision::new(Outcome::Allowed, limit, t, new - now, 0),
-            write,
-        )
+        (Decision::allowed(quota, new - now), write)
     } else {
         // Denied implies tat > now (a fresh funnel admits any n <= limit), so both
         // differences are positive; saturating keeps that true even if a caller breaks it.
         let retry = new.saturating_sub(tau).saturating_sub(now);
         let reset = tat.saturating_sub(now);
-        (
-            Decision::new(Outcome::Limited, limit, t, reset, retry),
-            None,
-        )
+        (Decision::limited(quota, reset, retry), None)
     }
 }
 

@@ -47,7 +47,8 @@
 //! * `gcra` — the arithmetic (pure, no atomics); [`Decision`] — the answer;
 //! * `state` — the bit layout of the packed word;
 //! * `table` — the slot protocol and lazy eviction (see `docs/DESIGN.md`);
-//! * [`Limiter`], [`Funnel`] — the public layer; [`replay`] — CL.THROTTLE traffic replay.
+//! * [`Limiter`], [`Funnel`] — the public layer; `replay` (cargo feature `replay`) —
+//!   CL.THROTTLE traffic replay.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -58,6 +59,7 @@ mod funnel;
 mod gcra;
 mod limiter;
 mod quota;
+#[cfg(feature = "replay")]
 pub mod replay;
 mod state;
 mod sync;
@@ -72,7 +74,6 @@ pub use error::Error;
 pub use funnel::Funnel;
 pub use limiter::{Builder, Limiter, DEFAULT_CAPACITY};
 pub use quota::Quota;
-pub use state::MAX_TOLERANCE_NANOS;
 pub use table::{Stats, WhenFull, MAX_CAPACITY};
 
 /// The README's examples, compiled and run as doc tests.

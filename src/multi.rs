@@ -194,7 +194,7 @@ impl Decisions {
     fn with_capacity(n: usize) -> Decisions {
         if n <= INLINE {
             // A placeholder, never read: `len` counts the items written.
-            let blank = Decision::new(Outcome::Allowed, 1, 1, 0, 0);
+            let blank = Decision::allowed(&Quota::view(1, 1), 0);
             Decisions::Inline {
                 len: 0,
                 items: [blank; INLINE],

@@ -50,13 +50,13 @@ impl NearLimit for Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::Outcome;
+    use crate::quota::Quota;
 
     const T: u64 = 1_000;
 
     /// A decision of `limit` with `remaining` units left after it.
     fn allowed(limit: u64, remaining: u64) -> Decision {
-        Decision::new(Outcome::Allowed, limit, T, (limit - remaining) * T, 0)
+        Decision::allowed(&Quota::view(T, limit), (limit - remaining) * T)
     }
 
     #[test]
@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn a_denied_decision_is_over_the_limit_not_near_it() {
-        let d = Decision::new(Outcome::Limited, 4, T, 4 * T, T);
+        let d = Decision::limited(&Quota::view(T, 4), 4 * T, T);
         assert_eq!(d.used(), 4);
         assert!(!d.is_near_limit(0));
     }
@@ -87,7 +87,7 @@ mod tests {
     #[test]
     fn huge_limits_do_not_overflow() {
         let limit = 1 << 60;
-        let d = Decision::new(Outcome::Allowed, limit, 1, limit, 0);
+        let d = Decision::allowed(&Quota::view(1, limit), limit);
         assert_eq!(d.used(), limit);
         assert!(d.is_near_limit(100));
     }

@@ -45,6 +45,22 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// The largest tolerance (`emission interval * limit`, how far ahead of now a funnel may
+    /// be filled) a quota may have: 2^60 ns, about 36.5 years.
+    pub const MAX_TOLERANCE_NANOS: u64 = MAX_TOLERANCE_NANOS;
+
+    /// A quota seen only through its emission interval and limit, for building a
+    /// [`Decision`](crate::Decision) whose numbers come from elsewhere (a window's state, a
+    /// placeholder). Its tolerance saturates; it never decides.
+    #[inline]
+    pub(crate) const fn view(t: u64, limit: u64) -> Quota {
+        Quota {
+            t,
+            limit,
+            tau: t.saturating_mul(limit),
+        }
+    }
+
     /// `count` actions per `period`, with bursts of up to `max_burst + 1` actions at once:
     /// exactly CL.THROTTLE's `<max_burst> <count> <period>`, with any `Duration` as the period.
     ///

@@ -8,8 +8,8 @@
 //! a replay. Times should not decrease; a line earlier than the previous one is decided at
 //! its own time, which can only make the answer stricter.
 //!
-//! This is what `examples/replay.rs` runs over stdin; it lives in the library so that tests and
-//! the fuzzer drive exactly the same code.
+//! This is what `examples/replay.rs` runs over stdin; it lives in the library, behind the cargo
+//! feature `replay`, so that tests and the fuzzer drive exactly the same code.
 
 use std::fmt;
 
@@ -36,11 +36,9 @@ pub enum LineError {
         /// Its text (lossily decoded).
         text: String,
     },
-    /// The time is negative.
-    NegativeTime(i64),
-    /// The quantity is negative (refunds are not part of CL.THROTTLE's contract here).
-    NegativeQuantity(i64),
-    /// The quota or the time is invalid.
+    /// The time, the quota or the quantity is invalid: a negative number is
+    /// [`Error::Negative`] naming its field (a negative quantity is not a refund here), like
+    /// every other bad argument.
     Invalid(Error),
 }
 
@@ -56,10 +54,6 @@ impl fmt::Display for LineError {
             ),
             LineError::NotAnInteger { field, text } => {
                 write!(f, "<{field}> is not an integer: {text:?}")
-            }
-            LineError::NegativeTime(t) => write!(f, "<now_ns> must not be negative (got {t})"),
-            LineError::NegativeQuantity(q) => {
-                write!(f, "<quantity> must not be negative (got {q}); refunds are not supported")
             }
             LineError::Invalid(e) => e.fmt(f),
         }
@@ -103,9 +97,10 @@ pub fn parse_line(line: &[u8]) -> Result<Line<'_>, LineError> {
     if fields.next().is_some() {
         return Err(LineError::TooManyFields);
     }
-    let now = u64::try_from(now).map_err(|_| LineError::NegativeTime(now))?;
+    let negative = |argument, value| LineError::Invalid(Error::Negative { argument, value });
+    let now = u64::try_from(now).map_err(|_| negative("now_ns", now))?;
     let now = Timestamp::from_nanos(now).map_err(LineError::Invalid)?;
-    let quantity = u64::try_from(quantity).map_err(|_| LineError::NegativeQuantity(quantity))?;
+    let quantity = u64::try_from(quantity).map_err(|_| negative("quantity", quantity))?;
     let quota = Quota::from_cl_throttle(max_burst, count, period).map_err(LineError::Invalid)?;
     Ok(Line {
         now,

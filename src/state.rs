@@ -22,7 +22,8 @@ pub(crate) const TAT_BITS: u32 = 62;
 /// Mask of the TAT field; also the `RESERVED` marker.
 pub(crate) const TAT_MASK: u64 = (1 << TAT_BITS) - 1;
 /// The largest tolerance (`emission interval * limit`) a quota may have: 2^60 ns, 36.5 years.
-pub const MAX_TOLERANCE_NANOS: u64 = 1 << 60;
+/// Public as [`Quota::MAX_TOLERANCE_NANOS`](crate::Quota::MAX_TOLERANCE_NANOS).
+pub(crate) const MAX_TOLERANCE_NANOS: u64 = 1 << 60;
 /// The largest time the arithmetic accepts: `3 * 2^60 - 2` ns, about 109.6 years. Any TAT it
 /// writes is at most `now + tolerance <= 2^62 - 2`, so it never reaches the `RESERVED` marker.
 pub(crate) const MAX_TIME_NANOS: u64 = 3 * (1 << 60) - 2;

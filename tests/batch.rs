@@ -2,8 +2,7 @@
 //! so the same buckets), one fed batches, the other single calls, must give identical decisions
 //! and end in identical states, whatever the table's pressure, policy, key type or batch size.
 
-#[path = "support/rng.rs"]
-mod rng;
+use funnel_testkit::rng;
 
 use std::time::Duration;
 

@@ -8,12 +8,10 @@
 //!   `remaining` (whole microseconds divided) can be one above [`Decision::remaining`] (exact
 //!   nanoseconds);
 //! * random sequences (seeded, the seed in every message) compared reply by reply with the plain
-//!   i128 model in `support/model.rs`.
+//!   i128 model, `funnel_testkit::model`.
 
-#[path = "support/model.rs"]
-mod model;
-#[path = "support/rng.rs"]
-mod rng;
+use funnel_testkit::model;
+use funnel_testkit::rng;
 
 use std::collections::HashMap;
 use std::time::Duration;

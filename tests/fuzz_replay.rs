@@ -1,6 +1,7 @@
 //! The fuzz bodies on stable: every committed input of `fuzz/corpus/<target>/` (the seed
 //! corpus) and `tests/fuzz_regressions/<target>/` (minimised crashes, kept as regression cases)
-//! runs through the same body the fuzzer runs (`tests/fuzz_bodies/<target>.rs`), then a short
+//! runs through the same body the fuzzer runs (`funnel_testkit::fuzz::<target>`, in
+//! `crates/testkit/src/fuzz/`), then a short
 //! budget of seeded pseudo-random inputs.
 //!
 //! * `FUZZ_REPLAY_MS` sets each random test's budget (default 600 ms; 0 skips them);
@@ -10,16 +11,7 @@
 //! * Real coverage-guided fuzzing needs nightly: `cargo +nightly fuzz run <target>` in `fuzz/`,
 //!   or `.ci/fuzz.sh`.
 
-#[path = "fuzz_bodies/common.rs"]
-mod common;
-#[path = "support/model.rs"]
-mod model;
-#[path = "fuzz_bodies/ops.rs"]
-mod ops;
-#[path = "fuzz_bodies/replay_line.rs"]
-mod replay_line;
-#[path = "fuzz_bodies/state.rs"]
-mod state;
+use funnel_testkit::fuzz::{common, ops, replay_line, state};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};

@@ -11,13 +11,11 @@
 //!   an unbounded limiter, and gains over it at most what it owed when it was evicted, at most
 //!   `limit` units per forced eviction; the table's invariants hold at every phase boundary.
 //!   Single-threaded, the same bound is checked per key and exactly: against the reference
-//!   model (`support/model.rs`) fed the same requests, a key is admitted beyond it at most the
+//!   model (`funnel_testkit::model`) fed the same requests, a key is admitted beyond it at most the
 //!   debt it owed at its evictions, one emission interval per extra request.
 
-#[path = "support/model.rs"]
-mod model;
-#[path = "support/rng.rs"]
-mod rng;
+use funnel_testkit::model;
+use funnel_testkit::rng;
 
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};

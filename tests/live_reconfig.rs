@@ -1,9 +1,8 @@
 //! Live reconfiguration under load: the default quota changes every millisecond of the clock
-//! while threads decide, and every admission matches the reference model (`support/model.rs`)
+//! while threads decide, and every admission matches the reference model (`funnel_testkit::model`)
 //! under the quota in force, with each key's debt kept as time across changes.
 
-#[path = "support/model.rs"]
-mod model;
+use funnel_testkit::model;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

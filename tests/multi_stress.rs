@@ -6,8 +6,7 @@
 //! rounds; every request must pass a per-user limit (`Limiter<u64>`) and one per-route limit
 //! (`Limiter<str>`) shared by all of them.
 
-#[path = "support/rng.rs"]
-mod rng;
+use funnel_testkit::rng;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;

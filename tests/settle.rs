@@ -2,8 +2,7 @@
 //! thread behaviour on a manual clock, then contention on one hot key with a frozen clock, where
 //! the funnel must end holding exactly the sum of the actual costs.
 
-#[path = "support/rng.rs"]
-mod rng;
+use funnel_testkit::rng;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;

@@ -5,8 +5,7 @@
 //! window of length `W`, prints the table (`--nocapture`) and asserts the bounds that
 //! `docs/DESIGN.md`, "Window algorithms", reports.
 
-#[path = "support/rng.rs"]
-mod rng;
+use funnel_testkit::rng;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;

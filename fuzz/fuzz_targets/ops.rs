@@ -1,13 +1,7 @@
-//! cargo-fuzz target `ops`: the body is `tests/fuzz_bodies/ops.rs`, shared with the stable
-//! replay test `tests/fuzz_replay.rs`.
+//! cargo-fuzz target `ops`: the body is `funnel_testkit::fuzz::ops`
+//! (`crates/testkit/src/fuzz/ops.rs`), shared with the stable replay test
+//! `tests/fuzz_replay.rs`.
 
 #![no_main]
 
-#[path = "../../tests/fuzz_bodies/ops.rs"]
-mod body;
-#[path = "../../tests/fuzz_bodies/common.rs"]
-mod common;
-#[path = "../../tests/support/model.rs"]
-mod model;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| body::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| funnel_testkit::fuzz::ops::run(data));

@@ -1,13 +1,7 @@
-//! cargo-fuzz target `state`: the body is `tests/fuzz_bodies/state.rs`, shared with the stable
-//! replay test `tests/fuzz_replay.rs`.
+//! cargo-fuzz target `state`: the body is `funnel_testkit::fuzz::state`
+//! (`crates/testkit/src/fuzz/state.rs`), shared with the stable replay test
+//! `tests/fuzz_replay.rs`.
 
 #![no_main]
 
-#[path = "../../tests/fuzz_bodies/state.rs"]
-mod body;
-#[path = "../../tests/fuzz_bodies/common.rs"]
-mod common;
-#[path = "../../tests/support/model.rs"]
-mod model;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| body::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| funnel_testkit::fuzz::state::run(data));

@@ -21,7 +21,7 @@ mod prefetch;
 
 use std::sync::atomic::AtomicU64 as StatCounter;
 
-use crate::decision::{Decision, Outcome};
+use crate::decision::Decision;
 use crate::error::Error;
 use crate::gcra;
 use crate::quota::Quota;
@@ -263,18 +263,8 @@ impl Table {
             match self.create(home, now, new_tat, when_full) {
                 Created::Bound => return decision,
                 Created::Exists => continue,
-                Created::TurnedAway(retry) => {
-                    return Decision::new(Outcome::TurnedAway, quota.limit, quota.t, retry, retry)
-                }
-                Created::Untracked => {
-                    return Decision::new(
-                        Outcome::AllowedUntracked,
-                        quota.limit,
-                        quota.t,
-                        new_tat - now,
-                        0,
-                    )
-                }
+                Created::TurnedAway(retry) => return Decision::turned_away(quota, retry),
+                Created::Untracked => return Decision::allowed_untracked(quota, new_tat - now),
             }
         }
     }

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use crate::decision::{Decision, Outcome};
+use crate::quota::Quota;
 
 pub(crate) mod fixed;
 pub(crate) mod sliding;
@@ -117,7 +118,7 @@ pub(crate) fn decision(
     debug_assert!(used <= limit);
     if used == 0 {
         // Nothing in use: the state is the same as a fresh one.
-        return Decision::new(outcome, limit, 1, 0, retry);
+        return Decision::with_outcome(outcome, &Quota::view(1, limit), 0, retry);
     }
     let t = reset.div_ceil(used).max(1);
     let reset = if t * (used - 1) < reset {
@@ -125,7 +126,7 @@ pub(crate) fn decision(
     } else {
         t * (used - 1) + 1
     };
-    Decision::new(outcome, limit, t, reset, retry)
+    Decision::with_outcome(outcome, &Quota::view(t, limit), reset, retry)
 }
 
 #[cfg(test)]

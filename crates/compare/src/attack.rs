@@ -11,12 +11,13 @@ use funnel::clock::{Clock, ManualClock};
 use funnel::{Funnel, Limiter, Timestamp};
 use governor::RateLimiter;
 
-use crate::keys::{splitmix64, Key, Rng, Zipf};
+use crate::keys::{Key, Zipf};
 use crate::limiters::{nz, GovKeyed, LimitAt, MutexMap, TraceClock};
-use crate::mutex_map::MutexMapLimiter;
 use crate::report::{fmt_int, fmt_rate, Row, Section};
 use crate::runner::{best_of, replay, TraceShare, LEGIT, MAX_SKEW_NS, REF_ALLOWED};
 use crate::Ctx;
+use funnel_testkit::mutex_map::MutexMapLimiter;
+use funnel_testkit::{mix as splitmix64, Rng};
 
 /// One quota of the mix: `per_sec` per second per key, bursts of `per_sec`.
 #[derive(Clone, Copy, Debug)]

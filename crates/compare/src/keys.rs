@@ -4,42 +4,7 @@
 
 use std::hash::Hash;
 
-/// wyrand (Wang Yi's PRNG): one multiply per draw, good enough for workload generation.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        // Mix the seed so nearby seeds (thread 0, 1, ...) give unrelated streams.
-        Rng(splitmix64(seed ^ 0x5851_F42D_4C95_7F2D))
-    }
-
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0xA076_1D64_78BD_642F);
-        let t = u128::from(self.0) * u128::from(self.0 ^ 0xE703_7ED1_A0B4_28DB);
-        ((t >> 64) as u64) ^ (t as u64)
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-40 for our `n`).
-    #[inline]
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Uniform in `[0, 1)`.
-    #[inline]
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-}
-
-pub fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use funnel_testkit::Rng;
 
 /// Zipf over ranks `0..n` with exponent `s` (`0 < s < 1`), by the method of Gray et al.,
 /// "Quickly generating billion-record synthetic databases" (SIGMOD 1994), the sampler YCSB

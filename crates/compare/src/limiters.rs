@@ -20,7 +20,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::RateLimiter;
 
-use crate::mutex_map::MutexMapLimiter;
+use funnel_testkit::mutex_map::MutexMapLimiter;
 
 /// A limiter deciding one unit request for a key, now (its own clock).
 pub trait Limit<K>: Sync {
@@ -187,7 +187,7 @@ where
 }
 
 // ---------------------------------------------------------------------------------------------
-// the Mutex<HashMap> funnel (benches/common/mutex_map.rs), with ahash like funnel
+// the Mutex<HashMap> funnel (funnel-testkit's `mutex_map`), with ahash like funnel
 
 /// The design most services start with: a `HashMap` of funnels behind one `Mutex`, reading clock `C`.
 pub struct MutexMap<K, C> {

@@ -23,8 +23,6 @@ mod keys;
 mod limiters;
 mod machine;
 mod memory;
-#[path = "../../../benches/common/mutex_map.rs"]
-mod mutex_map;
 mod progress;
 mod redis_rows;
 mod redis_side;

@@ -13,9 +13,9 @@ use governor::RateLimiter;
 
 use crate::inproc::capacity_for;
 use crate::limiters::QuotaKind;
-use crate::mutex_map::MutexMapLimiter;
 use crate::report::fmt_int;
 use crate::Ctx;
+use funnel_testkit::mutex_map::MutexMapLimiter;
 
 #[derive(Clone, Debug)]
 pub struct MemRow {
@@ -152,24 +152,15 @@ pub fn run(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-fn status_kib(field: &str) -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("/proc/self/status: {e}"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .ok_or_else(|| format!("/proc/self/status has no {field}"))
+/// `(VmRSS, VmHWM)` in bytes, or why not.
+fn rss() -> Result<(u64, u64), String> {
+    funnel_testkit::memory::rss_bytes()
+        .ok_or_else(|| "/proc/self/status has no VmRSS/VmHWM (not Linux?)".to_string())
 }
 
 /// The child side: prints `rss_before rss_after peak` in bytes.
 pub fn child(variant: &str, n: u64) -> Result<(), String> {
-    let before = status_kib("VmRSS:")? * 1024;
+    let (before, _) = rss()?;
     let mut buf = String::new();
     let gq = QuotaKind::Deny.governor();
     let fq = QuotaKind::Deny.funnel();
@@ -233,8 +224,7 @@ pub fn child(variant: &str, n: u64) -> Result<(), String> {
         }
         other => return Err(format!("unknown store {other:?}")),
     };
-    let after = status_kib("VmRSS:")? * 1024;
-    let peak = status_kib("VmHWM:")? * 1024;
+    let (after, peak) = rss()?;
     println!("{before} {after} {peak}");
     drop(hold);
     Ok(())

@@ -12,11 +12,11 @@ use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist};
 use crate::limiters::{nz, Limit, MutexMap, QuotaKind};
-use crate::mutex_map::MutexMapLimiter;
 use crate::redis_side::{self, RedisAlgo, RedisQuota, RedisServer};
 use crate::report::{fmt_int, Row, Section};
 use crate::runner::Run;
 use crate::Ctx;
+use funnel_testkit::mutex_map::MutexMapLimiter;
 
 /// Pipeline depth of the pipelined rows.
 pub const PIPELINE: usize = 64;

@@ -583,7 +583,7 @@ fn local_share(quota: &Quota, instances: u32) -> Result<Quota, Error> {
         .checked_mul(instances.max(1))
         .ok_or(Error::Funnel(funnel::Error::ToleranceTooLarge {
             tolerance_nanos: quota.emission_interval().as_nanos() * u128::from(n),
-            max_nanos: funnel::MAX_TOLERANCE_NANOS,
+            max_nanos: Quota::MAX_TOLERANCE_NANOS,
         }))?;
     Ok(Quota::new(limit - 1, 1, interval)?)
 }

@@ -5,22 +5,13 @@
 //! group reads the same pre-generated keys in the same order, on the same number of threads,
 //! with the same quota, and reads the same kind of clock (quanta) once per decision.
 
-#![allow(dead_code)] // each bench uses a different part of this file
-
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-/// SplitMix64's output function: a bijection on `u64`, so `mix(i)` for distinct `i` gives
-/// distinct, well-spread keys.
-#[inline]
-pub fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use crate::memory::rss_bytes;
+pub use crate::rng::mix;
 
 /// A uniform index in `0..n` from 64 random bits (Lemire's multiply-shift, no modulo bias
 /// worth measuring at these sizes).
@@ -42,7 +33,7 @@ fn uniform(r: u64, n: usize) -> usize {
 /// under it a key's funnel has fully recovered 1 ns after each request, and funnel treats a
 /// recovered funnel as absent: its slot is free for the next new key (that is the design, and
 /// costs nothing in correctness). A lookup benchmark would then measure funnel re-creating
-/// keys, not finding them; `keyed.rs` measures that regime separately as a weak spot.
+/// keys, not finding them; `benches/paths.rs` measures that regime as `recovered`.
 pub const KEYED_PERIOD: Duration = Duration::from_secs(1);
 /// Burst of the keyed quota (see [`KEYED_PERIOD`]).
 pub const KEYED_BURST: u32 = 1 << 30;
@@ -104,8 +95,12 @@ pub trait Stream: Sync {
     fn key(&self, i: usize) -> &Self::Key;
     /// Distinct keys in the stream.
     fn distinct(&self) -> usize;
-    /// Length of the cycle.
+    /// Length of the cycle (never zero).
     fn len(&self) -> usize;
+    /// Always false: a stream has at least one access.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Where thread `t` of `threads` starts.
     fn start(&self, t: usize, threads: usize) -> usize {
         t * (self.len() / threads)
@@ -323,18 +318,6 @@ where
 // ----------------------------------------------------------------------------------------------
 // Memory.
 // ----------------------------------------------------------------------------------------------
-
-/// This process's resident set size (`VmRSS`) and its peak (`VmHWM`), in bytes, from
-/// `/proc/self/status`; `None` where that file does not exist.
-pub fn rss_bytes() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
-}
 
 /// True when criterion was asked for its quick smoke run (`-- --test`) or a listing.
 pub fn quick_mode() -> bool {

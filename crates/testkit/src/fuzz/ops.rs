@@ -56,7 +56,7 @@ use std::time::Duration;
 use funnel::clock::ManualClock;
 use funnel::{Clock, Decision, Limiter, Outcome, Quota, Stats, Timestamp, WhenFull};
 
-use crate::common::{self, saw, Event, Input};
+use super::common::{self, saw, Event, Input};
 use crate::model::{Model, ModelQuota};
 
 /// Operations per input.

@@ -20,8 +20,9 @@
 use std::collections::HashMap;
 
 use funnel::replay::{parse_line, LineError, Replay};
+use funnel::Error;
 
-use crate::common::{self, saw, Event};
+use super::common::{self, saw, Event};
 use crate::model::{self, ModelQuota};
 
 /// Lines per input.
@@ -206,11 +207,17 @@ fn expect_line(line: &[u8]) -> Result<Expected<'_>, LineError> {
     }
     let [now, _, max_burst, count, period, quantity] = ints;
     if now < 0 {
-        return Err(LineError::NegativeTime(now));
+        return Err(LineError::Invalid(Error::Negative {
+            argument: "now_ns",
+            value: now,
+        }));
     }
     let now = common::expect::timestamp(now as u64).map_err(LineError::Invalid)?;
     if quantity < 0 {
-        return Err(LineError::NegativeQuantity(quantity));
+        return Err(LineError::Invalid(Error::Negative {
+            argument: "quantity",
+            value: quantity,
+        }));
     }
     let quota =
         common::expect::from_cl_throttle(max_burst, count, period).map_err(LineError::Invalid)?;

@@ -26,7 +26,7 @@ use std::time::Duration;
 use funnel::clock::ManualClock;
 use funnel::{Decision, Funnel, Limiter, Outcome, Quota, Timestamp};
 
-use crate::common::{self, saw, Event, Input};
+use super::common::{self, saw, Event, Input};
 use crate::model::{self, ModelQuota};
 
 /// Operations per input.

@@ -1,14 +1,11 @@
 //! The plain reference model of CL.THROTTLE: i128 integers, no atomics, no table, no eviction,
-//! written from the CL.THROTTLE semantics in docs/DESIGN.md, "The arithmetic", and redis-cell's reference semantics,
-//! independently of the crate's arithmetic. Tests, stress tests and fuzz targets compare the
+//! written from the CL.THROTTLE rules in docs/cl-throttle.md, independently of the crate's arithmetic. Tests, stress tests and fuzz targets compare the
 //! engine against it.
 //!
 //! One deliberate choice, from the spec: a key whose arrival time is at or before `now` is the
 //! same as an absent key. (redis-cell expires the key a fraction of a millisecond early, because
 //! it truncates its TTL to whole milliseconds; the spec, and funnel, keep that last sub-millisecond
 //! of debt.)
-
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 

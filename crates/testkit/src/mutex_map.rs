@@ -1,9 +1,7 @@
-//! The first article's design in Rust: one `Funnel` struct (left quota, last leak time) per key
-//! in a `HashMap` behind one `Mutex`. A competitor for benchmarks, not part of the crate.
-//! Integer arithmetic in nanoseconds (the article's float leak rate and int truncation are
-//! replaced by exact integers so the comparison is about structure, not rounding).
-
-#![allow(dead_code)]
+//! The design most services start with, in Rust: one funnel (quota left, last leak time) per
+//! key in a `HashMap` behind one `Mutex`. A competitor for benchmarks, not part of the crate.
+//! Integer arithmetic in nanoseconds (the usual float leak rate and its truncation are replaced
+//! by exact integers, so the comparison is about structure, not rounding).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -59,7 +57,13 @@ impl<K: Hash + Eq, S: BuildHasher + Default> MutexMapLimiter<K, S> {
         }
     }
 
+    /// Keys held (the map never forgets one).
     pub fn len(&self) -> usize {
         self.funnels.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// No key held yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

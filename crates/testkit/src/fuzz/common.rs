@@ -1,18 +1,14 @@
 //! Shared by the fuzz bodies: input decoding that never fails, an independent statement of
-//! which quotas are valid (the reference model in `tests/support/model.rs` assumes a valid
-//! quota and does not check), and the checks every [`Decision`] must pass.
-//!
-//! Each crate that runs the bodies (a fuzz target, `tests/fuzz_replay.rs`) declares at its root
-//! `mod model` (`tests/support/model.rs`), `mod common` (this file) and the bodies with
-//! `#[path]`; the bodies reach the other two as `crate::model` and `crate::common`.
-
-#![allow(dead_code)]
+//! which quotas are valid (the reference model, [`crate::model`], assumes a valid quota and
+//! does not check), and the checks every [`Decision`] must pass.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use arbitrary::Unstructured;
-use funnel::{Decision, Error, Funnel, Limiter, Outcome, Quota, Timestamp, MAX_TOLERANCE_NANOS};
+use funnel::{Decision, Error, Funnel, Limiter, Outcome, Quota, Timestamp};
+
+const MAX_TOLERANCE_NANOS: u64 = Quota::MAX_TOLERANCE_NANOS;
 
 use crate::model::ModelQuota;
 
@@ -212,6 +208,7 @@ pub mod expect {
         } else {
             Err(Error::TimeOutOfRange {
                 nanos: u128::from(nanos),
+                max_nanos: Timestamp::MAX.as_nanos(),
             })
         }
     }

@@ -3,7 +3,15 @@
 //! xoshiro's seeding use. Deterministic per seed, so a failing seed printed in an assertion
 //! message replays exactly; no dependency.
 
-#![allow(dead_code)]
+/// SplitMix64's output function: a bijection on `u64`, so `mix(i)` for distinct `i` gives
+/// distinct, well-spread values.
+#[inline]
+pub fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 
 /// SplitMix64: a 64-bit counter pushed through a mixing function.
 #[derive(Clone, Debug)]
@@ -30,6 +38,11 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         assert!(n > 0, "below(0) has no values");
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// Uniform in `[0, 1)`, with 53 random bits.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// Uniform in `lo..=hi`.

@@ -1,0 +1,23 @@
+//! What funnel's tests, benches and comparison harness share, so that each exists once:
+//!
+//! * [`rng`]: one seeded PRNG (SplitMix64) and its mixing function;
+//! * [`model`]: the plain reference model of CL.THROTTLE the engine is checked against;
+//! * [`memory`]: the resident-memory probe;
+//! * [`mutex_map`]: the `Mutex<HashMap>` funnel limiter, the design most services start with,
+//!   as a competitor;
+//! * [`fuzz`] (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
+//!   replay test;
+//! * [`workload`] (feature `bench`): the criterion benches' quotas, key streams and threads.
+//!
+//! Not published; not part of the library.
+
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
+pub mod memory;
+pub mod model;
+pub mod mutex_map;
+pub mod rng;
+#[cfg(feature = "bench")]
+pub mod workload;
+
+pub use rng::{mix, Rng};

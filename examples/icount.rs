@@ -45,14 +45,9 @@ fn decide_all_stream<F: Fn(usize) -> bool>(len: usize, rounds: usize, f: F) -> u
 /// `max(n, 2^20)` keys drawn uniformly from `0..n`: long enough that a branch predictor
 /// cannot learn the sequence by heart (a 1,000-key order repeated every round would let it).
 fn random_order(n: usize) -> Vec<u32> {
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = funnel_testkit::Rng::new(0x2545_F491_4F6C_DD1D);
     (0..n.max(1 << 20))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((u128::from(x) * n as u128) >> 64) as u32
-        })
+        .map(|_| rng.below(n as u64) as u32)
         .collect()
 }
 

@@ -52,22 +52,7 @@ fn replay_committed(target: &str, body: Body) -> usize {
     files.len()
 }
 
-/// SplitMix64, for the random inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use funnel_testkit::Rng;
 
 /// Feeds `body` inputs from `generate` until the budget runs out; returns how many ran.
 fn random_inputs(target: &str, body: Body, generate: fn(&mut Rng) -> Vec<u8>) -> u64 {
@@ -75,7 +60,7 @@ fn random_inputs(target: &str, body: Body, generate: fn(&mut Rng) -> Vec<u8>) ->
         std::env::var("FUZZ_REPLAY_MS").map_or(600, |v| v.parse().expect("FUZZ_REPLAY_MS: ms"));
     let seed = std::env::var("FUZZ_REPLAY_SEED")
         .map_or(0x5EED_F022, |v| v.parse().expect("FUZZ_REPLAY_SEED: u64"));
-    let mut rng = Rng(seed ^ target.len() as u64);
+    let mut rng = Rng::new(seed ^ target.len() as u64);
     let deadline = Instant::now() + Duration::from_millis(budget_ms);
     let mut runs = 0;
     common::clear_seen();
@@ -121,7 +106,7 @@ fn bytes(rng: &mut Rng) -> Vec<u8> {
     // Runs of one byte value steer `Unstructured` towards the same choice again and again.
     let mut out = Vec::with_capacity(len as usize);
     while out.len() < len as usize {
-        let b = rng.next() as u8;
+        let b = rng.next_u64() as u8;
         let run = if rng.below(4) == 0 {
             rng.below(8) + 1
         } else {
@@ -191,7 +176,9 @@ fn lines(rng: &mut Rng) -> Vec<u8> {
                 0 => NUMBERS[rng.below(NUMBERS.len() as u64) as usize]
                     .as_bytes()
                     .to_vec(),
-                1 => (0..rng.below(6) + 1).map(|_| rng.next() as u8).collect(),
+                1 => (0..rng.below(6) + 1)
+                    .map(|_| rng.next_u64() as u8)
+                    .collect(),
                 _ => Vec::new(),
             };
             if field < fields.len() {

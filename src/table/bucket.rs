@@ -117,11 +117,9 @@ mod tests {
 
     #[test]
     fn the_swar_match_equals_a_byte_by_byte_compare() {
-        let mut x = 0x1234_5678_9ABC_DEF1u64;
+        let mut rng = funnel_testkit::Rng::new(0x1234_5678_9ABC_DEF1);
         for round in 0..20_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             // Plant the tag in a few bytes, including 0x80 and 0x00 neighbours.
             let tag = 1 + (round % 255);
             let mut tags = x;

@@ -238,12 +238,11 @@ mod tests {
         }
     }
 
+    /// The test kit's PRNG, as a function of a seed it advances.
     fn rng(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut r = funnel_testkit::Rng::new(*seed);
+        *seed = seed.wrapping_add(1);
+        r.next_u64()
     }
 
     #[test]

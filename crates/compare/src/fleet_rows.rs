@@ -31,10 +31,7 @@ struct Setting {
 /// The `i`-th request's key: the hot-1k String keys, or the abusive mix. Computed per request
 /// (splitmix64 of `i`) so the legitimate keys of the abusive mix do not repeat within a run.
 fn key(abusive: bool, i: u64) -> String {
-    let mut x = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
+    let x = funnel_testkit::mix(i);
     if !abusive {
         format!("user:{}", x % 1000)
     } else if x % 10 != 0 {

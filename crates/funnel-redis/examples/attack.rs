@@ -21,12 +21,9 @@ use funnel_redis::RedisLimiter;
 mod server;
 
 fn keys(abusive: bool, n: usize) -> Vec<String> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+    (0..n as u64)
+        .map(|i| {
+            let x = funnel_testkit::mix(i);
             if abusive && x % 10 != 0 {
                 format!("abuser:{}", (x >> 4) % 10)
             } else {

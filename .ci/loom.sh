@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Loom models of the keyed table's slot protocol (src/loom_models.rs): one model per race in
-# docs/DESIGN.md, "Why each race comes out right", each on a one- or two-bucket table.
+# Loom models of the keyed table's slot protocol (src/table/loom.rs): one model per race in
+# docs/DESIGN.md, "Why each race comes out right", each on a one- or two-bucket table; and of
+# the policies built on it (src/multi/loom.rs).
 #
 # * The crate's own cfg, `funnel_loom`, never the global `loom` one (which would switch every
 #   crate in the graph that checks it).
@@ -17,4 +18,4 @@ export RUSTFLAGS="${RUSTFLAGS:-} --cfg funnel_loom"
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
 export CARGO_TARGET_DIR="${FUNNEL_LOOM_TARGET_DIR:-target/loom}"
 
-cargo test --release --lib loom_models -- --test-threads 1 --nocapture "$@"
+cargo test --release --lib ::loom:: -- --test-threads 1 --nocapture "$@"

@@ -65,9 +65,6 @@ mod state;
 mod sync;
 mod table;
 
-#[cfg(all(test, funnel_loom))]
-mod loom_models;
-
 pub use clock::{Clock, Timestamp};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
@@ -90,9 +87,6 @@ mod multi;
 mod near;
 mod settle;
 pub mod window;
-
-#[cfg(all(test, funnel_loom))]
-mod loom_models_multi;
 
 pub use config::{ConfigReader, LiveConfig};
 pub use live::{LiveLimiter, LiveQuota};

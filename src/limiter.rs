@@ -116,8 +116,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     #[inline]
     pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
         let home = self.table.home(self.hasher.hash_one(key));
-        self.table
-            .decide(&home, now.as_nanos(), quota, n, self.when_full)
+        self.table.decide(&home, now.as_nanos(), quota, n)
     }
 
     /// One unit request for each of `keys`, in order, now (one clock read for the batch),
@@ -172,9 +171,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
                 self.table.prefetch(&next);
                 ahead[i % AHEAD] = next;
             }
-            let decision =
-                self.table
-                    .decide(&current, now.as_nanos(), &self.quota, 1, self.when_full);
+            let decision = self.table.decide(&current, now.as_nanos(), &self.quota, 1);
             out.push(decision);
         }
     }
@@ -201,7 +198,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         f: impl FnMut(u64) -> Option<u64>,
     ) -> Updated {
         let home = self.table.home(self.hasher.hash_one(key));
-        self.table.update(&home, now.as_nanos(), self.when_full, f)
+        self.table.update(&home, now.as_nanos(), f)
     }
 
     /// Gives back `n` units charged to `key` under the limiter's quota, now: its funnel's
@@ -428,7 +425,7 @@ impl<K: ?Sized, C: Clock> Builder<K, C> {
             None => ahash::RandomState::new(),
         };
         Ok(Limiter {
-            table: Table::with_capacity(self.capacity)?,
+            table: Table::with_capacity(self.capacity, self.when_full)?,
             quota: self.quota,
             when_full: self.when_full,
             hasher,

@@ -15,6 +15,9 @@ use crate::limiter::Limiter;
 use crate::quota::Quota;
 use crate::table::Updated;
 
+#[cfg(all(test, funnel_loom))]
+mod loom;
+
 /// One limit a request must pass: something that can be charged, rolled back exactly, and
 /// asked what it would answer without being charged. [`Limiter::cost`] makes one for a key of
 /// any limiter, so one request can be checked against limiters of different key types (per

@@ -1,5 +1,5 @@
 //! The atomics of the table's slot protocol: loom's under `--cfg funnel_loom` (so the models
-//! in `loom_models.rs` explore every interleaving), std's otherwise.
+//! in `table/loom.rs` and `multi/loom.rs` explore every interleaving), std's otherwise.
 
 #[cfg(funnel_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,9 +3,39 @@
 //! [`WhenFull`]), reserves it, and binds the key (`docs/DESIGN.md`, "The slot protocol").
 
 use super::bucket::{tag_of, Bucket, SLOTS_PER_BUCKET};
-use super::{Home, Table, WhenFull};
+use super::{Home, Table};
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, Ordering};
+
+/// What a new key does when every slot it may use holds a funnel still in debt.
+///
+/// # Examples
+///
+/// ```
+/// use funnel::{Limiter, Quota, WhenFull};
+///
+/// let limiter = Limiter::<str>::builder(Quota::per_second(10)?)
+///     .capacity(1_000)
+///     .when_full(WhenFull::Deny)
+///     .build()?;
+/// assert!(limiter.check("client-1").is_allowed());
+/// # Ok::<(), funnel::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WhenFull {
+    /// Evict the candidate with the smallest arrival time: the funnel whose loss admits the
+    /// fewest extra requests (one-shot flood keys go first, heavily limited keys last), and
+    /// count it in [`Stats::forced_evictions`]. The default.
+    #[default]
+    Evict,
+    /// Turn the new key away ([`Outcome::TurnedAway`], fail-closed) and count it in
+    /// [`Stats::turned_away`]. Beware: under a key flood this locks out new legitimate users.
+    Deny,
+    /// Let the new key's request through as a fresh funnel would, without recording it
+    /// ([`Outcome::AllowedUntracked`], fail-open), and count it in [`Stats::admitted_untracked`].
+    Allow,
+}
 
 /// How a creation attempt ended.
 pub(super) enum Created {
@@ -23,8 +53,26 @@ pub(super) enum Created {
 #[derive(Clone, Copy)]
 struct Seen<'a> {
     bucket: &'a Bucket,
+    /// The slot's index in its bucket.
     i: usize,
     word: u64,
+}
+
+/// The least indebted live slot seen so far: the victim of last resort.
+#[derive(Clone, Copy)]
+struct Indebted<'a> {
+    seen: Seen<'a>,
+    /// Its funnel's arrival time (after `now`: still in debt).
+    tat: u64,
+}
+
+/// How the slot a creator takes was freed, for the counters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// EMPTY, or a funnel that had fully recovered: nobody loses anything.
+    Free,
+    /// A funnel still in debt, evicted under [`WhenFull::Evict`].
+    Forced,
 }
 
 /// Free slots of one candidate bucket, as seen by a creator.
@@ -39,13 +87,7 @@ struct Scan<'a> {
 }
 
 impl Table {
-    pub(super) fn create(
-        &self,
-        home: &Home,
-        now: u64,
-        new_tat: u64,
-        when_full: WhenFull,
-    ) -> Created {
+    pub(super) fn create(&self, home: &Home, now: u64, new_tat: u64) -> Created {
         let _lock = lock(&self.buckets[home.first].lock);
         // A racing creator of the same key may have finished while we waited: the lock's
         // Acquire makes its binding (key, tag and word) visible here.
@@ -57,7 +99,7 @@ impl Table {
             // Two-choice placement: the candidate bucket with more free slots (EMPTY or
             // recovered) takes the key, the home bucket on a tie; the least indebted live slot
             // of either is the victim of last resort.
-            let mut least: Option<(Seen<'_>, u64)> = None;
+            let mut least: Option<Indebted<'_>> = None;
             let first = scan(&self.buckets[home.first], now, &mut least);
             let second = if home.second == home.first {
                 Scan::default()
@@ -69,10 +111,10 @@ impl Table {
             } else {
                 first.slot
             };
-            let (victim, forced) = match (free, least) {
-                (Some(seen), _) => (seen, false),
-                (None, Some((seen, tat))) => match when_full {
-                    WhenFull::Evict => (seen, true),
+            let (victim, taken) = match (free, least) {
+                (Some(seen), _) => (seen, Taken::Free),
+                (None, Some(Indebted { seen, tat })) => match self.when_full {
+                    WhenFull::Evict => (seen, Taken::Forced),
                     WhenFull::Deny => {
                         // Relaxed: counters are statistics; they order nothing.
                         self.shard(home).turned_away.fetch_add(1, Ordering::Relaxed);
@@ -123,7 +165,7 @@ impl Table {
             let shard = self.shard(home);
             let counter = match state::decode(word) {
                 SlotState::Empty => &shard.keys,
-                _ if forced => &shard.forced,
+                _ if taken == Taken::Forced => &shard.forced,
                 _ => &shard.recovered,
             };
             // Relaxed: a statistic; readers sum shards without ordering.
@@ -134,7 +176,7 @@ impl Table {
 }
 
 /// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live slot.
-fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<(Seen<'a>, u64)>) -> Scan<'a> {
+fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<Indebted<'a>>) -> Scan<'a> {
     let mut found = Scan::default();
     for i in 0..SLOTS_PER_BUCKET {
         // Relaxed: the creator's CAS validates whatever slot it picks.
@@ -150,8 +192,8 @@ fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<(Seen<'a>, u64)>) -
                 found.slot.get_or_insert(seen);
             }
             SlotState::Live { tat, .. } => {
-                if least.is_none_or(|(_, min)| tat < min) {
-                    *least = Some((seen, tat));
+                if least.is_none_or(|l| tat < l.tat) {
+                    *least = Some(Indebted { seen, tat });
                 }
                 continue;
             }

@@ -1,7 +1,7 @@
 //! Loom models of the policies built on the table's update (`docs/DESIGN.md`, "Several limits,
 //! all or nothing" and "Settle-later costs"): two threads, two limiters of one four-slot bucket
 //! each, a frozen clock passed as a value. Run by `.ci/loom.sh` with the slot protocol's models
-//! (the module name matches its `loom_models` filter).
+//! (`src/table/loom.rs`; the `::loom::` filter picks both).
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg funnel_loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --lib loom_models -- --nocapture
+//!     cargo test --release --lib ::loom:: -- --nocapture
 //! ```
 //!
 //! Every model checks its outcome against the linearisations it could legally have: which
@@ -15,7 +15,7 @@
 //! wrong funnel shows up as a TAT no sequential order produces).
 //!
 //! Each ordering and each step of the protocol is pinned by at least one model: weakening any
-//! of the Acquire/Release accesses in `table.rs` to Relaxed, dropping the creation lock, the
+//! of the Acquire/Release accesses in `lookup.rs`, `update.rs` and `create.rs` to Relaxed, dropping the creation lock, the
 //! locked rescan, the RESERVED state, either key check around the word load, or the rebind's
 //! generation bump makes at least one model fail, at a preemption bound of 2 already. (A reset
 //! keeps the generation; `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins
@@ -26,10 +26,10 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 
+use super::{Table, WhenFull, SLOTS_PER_BUCKET};
 use crate::decision::Outcome;
 use crate::quota::Quota;
 use crate::state::{self, SlotState};
-use crate::table::{Table, WhenFull, SLOTS_PER_BUCKET};
 
 /// Hashes chosen by hand. In a one-bucket table every key lives in bucket 0; in a two-bucket
 /// table a hash whose top bit is clear has home bucket 0 (its creation lock) and one whose top
@@ -88,7 +88,7 @@ fn quota(limit: u64, t: u64) -> Quota {
 
 /// A table of one bucket or two (buckets hold 4 slots under loom).
 fn table(buckets: usize) -> Arc<Table> {
-    let table = Table::with_capacity(SLOTS_PER_BUCKET * buckets).unwrap();
+    let table = Table::with_capacity(SLOTS_PER_BUCKET * buckets, WhenFull::Evict).unwrap();
     assert_eq!(table.capacity(), SLOTS_PER_BUCKET * buckets);
     Arc::new(table)
 }
@@ -96,15 +96,21 @@ fn table(buckets: usize) -> Arc<Table> {
 /// Binds `hash` in a free candidate slot with an arrival time of exactly `tat` (a request
 /// of `tat` units at time 0 on a 1 ns quota). Single-threaded setup.
 fn bind(table: &Table, hash: u64, tat: u64) {
-    let d = table.decide(&table.home(hash), 0, &quota(tat, 1), tat, WhenFull::Deny);
+    let forced = table.stats().forced_evictions;
+    let d = table.decide(&table.home(hash), 0, &quota(tat, 1), tat);
     assert_eq!(d.outcome(), Outcome::Allowed, "setup of {hash:#x}");
+    assert_eq!(
+        table.stats().forced_evictions,
+        forced,
+        "setup of {hash:#x} evicted a key"
+    );
 }
 
 /// The arrival time of the funnel bound to `hash`, if the key is tracked.
 fn tat_of(table: &Table, hash: u64) -> Option<u64> {
-    match state::decode(table.word_of(&table.home(hash))?) {
+    match state::decode(table.find(&table.home(hash))?.word) {
         SlotState::Live { tat, .. } => Some(tat),
-        other => panic!("word_of returned a {other:?} word"),
+        other => panic!("find returned a {other:?} word"),
     }
 }
 
@@ -119,11 +125,7 @@ fn two_updaters_of_one_key_never_admit_more_than_the_limit() {
         let requests = move |table: &Table| {
             let home = table.home(A);
             (0..2)
-                .filter(|_| {
-                    table
-                        .decide(&home, 100, &q, 1, WhenFull::Evict)
-                        .is_allowed()
-                })
+                .filter(|_| table.decide(&home, 100, &q, 1).is_allowed())
                 .count()
         };
         let other = {
@@ -152,9 +154,9 @@ fn an_update_racing_the_rebind_of_its_recovered_slot_charges_only_its_own_key() 
         let creator = {
             let table = table.clone();
             // B costs 2 units, A 1: the final TATs say whose request went where.
-            thread::spawn(move || table.decide(&table.home(B), 10, &q, 2, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(B), 10, &q, 2))
         };
-        let a = table.decide(&table.home(A), 10, &q, 1, WhenFull::Evict);
+        let a = table.decide(&table.home(A), 10, &q, 1);
         let b = creator.join().unwrap();
 
         // Both were fresh funnels when they were charged, whatever the order.
@@ -201,9 +203,9 @@ fn a_stale_update_cannot_land_on_a_key_that_evicted_its_funnel_with_the_same_tat
         let q = quota(4, 10);
         let creator = {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(B), 10, &q, 1, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(B), 10, &q, 1))
         };
-        let a = table.decide(&table.home(A), 10, &q, 1, WhenFull::Evict);
+        let a = table.decide(&table.home(A), 10, &q, 1);
         assert!(a.is_allowed() && creator.join().unwrap().is_allowed());
         match (tat_of(&table, A), tat_of(&table, B)) {
             // A charged first (TAT 30); B then evicted it.
@@ -234,9 +236,9 @@ fn a_request_racing_its_keys_creation_is_never_decided_on_the_evicted_funnel() {
         let q = quota(4, 10);
         let creator = {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(B), 10, &q, 1, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(B), 10, &q, 1))
         };
-        let mine = table.decide(&table.home(B), 10, &q, 1, WhenFull::Evict);
+        let mine = table.decide(&table.home(B), 10, &q, 1);
         let theirs = creator.join().unwrap();
         assert!(
             mine.is_allowed(),
@@ -256,7 +258,7 @@ fn two_creators_of_one_new_key_bind_one_slot_charged_twice() {
     model(|| {
         let table = table(2);
         let q = quota(4, 10);
-        let create = move |table: &Table| table.decide(&table.home(A), 100, &q, 1, WhenFull::Evict);
+        let create = move |table: &Table| table.decide(&table.home(A), 100, &q, 1);
         let other = {
             let table = table.clone();
             thread::spawn(move || create(&table))
@@ -282,9 +284,9 @@ fn two_hashes_with_one_fingerprint_bind_one_slot() {
         let q = quota(4, 10);
         let other = {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(0), 100, &q, 1, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(0), 100, &q, 1))
         };
-        let mine = table.decide(&table.home(1), 100, &q, 1, WhenFull::Evict);
+        let mine = table.decide(&table.home(1), 100, &q, 1);
         assert!(mine.is_allowed() && other.join().unwrap().is_allowed());
         table.check_invariants().unwrap();
         assert_eq!(tat_of(&table, 1), Some(120));
@@ -305,11 +307,11 @@ fn create_evict_and_update_together_keep_every_charge_on_its_key() {
         let q = quota(100, 3);
         let spawn = |hash: u64, n: u64| {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(hash), 10, &q, n, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(hash), 10, &q, n))
         };
         let b = spawn(B, 1);
         let d = spawn(D, 2);
-        let a = table.decide(&table.home(A), 10, &q, 1, WhenFull::Evict);
+        let a = table.decide(&table.home(A), 10, &q, 1);
         let (b, d) = (b.join().unwrap(), d.join().unwrap());
 
         assert!(a.is_allowed() && b.is_allowed() && d.is_allowed());
@@ -348,9 +350,9 @@ fn two_creators_under_different_locks_rebinding_one_slot_leave_each_key_its_own_
         let q = quota(100, 3);
         let creator = {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(B), 10, &q, 1, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(B), 10, &q, 1))
         };
-        let d = table.decide(&table.home(D_ODD), 10, &q, 2, WhenFull::Evict);
+        let d = table.decide(&table.home(D_ODD), 10, &q, 2);
         assert!(d.is_allowed() && creator.join().unwrap().is_allowed());
         let (b, d) = (tat_of(&table, B), tat_of(&table, D_ODD));
         assert!(
@@ -386,11 +388,11 @@ fn creators_under_different_locks_and_an_updater_contend_for_one_recovered_slot(
         let q = quota(100, 3);
         let spawn = |hash: u64, n: u64| {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(hash), 10, &q, n, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(hash), 10, &q, n))
         };
         let b = spawn(B, 1);
         let d = spawn(D_ODD, 2);
-        let c = table.decide(&table.home(C), 10, &q, 3, WhenFull::Evict);
+        let c = table.decide(&table.home(C), 10, &q, 3);
         let (b, d) = (b.join().unwrap(), d.join().unwrap());
 
         for (decision, owed) in [(b, 3), (d, 6), (c, 9)] {
@@ -430,18 +432,14 @@ fn a_reset_racing_updates_of_its_key_is_never_overwritten_by_a_stale_tat() {
     model(|| {
         let table = table(1);
         let q = quota(2, 10);
-        table.decide(&table.home(A), 100, &q, 1, WhenFull::Evict); // TAT 110: one unit left
+        table.decide(&table.home(A), 100, &q, 1); // TAT 110: one unit left
         let resetter = {
             let table = table.clone();
             thread::spawn(move || table.reset(&table.home(A)))
         };
         let home = table.home(A);
         let admitted = (0..2)
-            .filter(|_| {
-                table
-                    .decide(&home, 100, &q, 1, WhenFull::Evict)
-                    .is_allowed()
-            })
+            .filter(|_| table.decide(&home, 100, &q, 1).is_allowed())
             .count();
         assert!(resetter.join().unwrap());
         match (admitted, tat_of(&table, A)) {
@@ -467,7 +465,7 @@ fn a_reset_racing_the_rebind_of_its_slot_never_resets_the_new_key() {
         let q = quota(4, 10);
         let creator = {
             let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(B), 10, &q, 2, WhenFull::Evict))
+            thread::spawn(move || table.decide(&table.home(B), 10, &q, 2))
         };
         let _was_tracked = table.reset(&table.home(A));
         assert!(creator.join().unwrap().is_allowed());
@@ -503,13 +501,11 @@ fn a_stale_update_cas_cannot_land_after_three_forced_rebinds() {
             thread::spawn(move || {
                 // Each evicts the least indebted funnel, the previous one: gens 2, 3, 1, TAT 20.
                 for key in [B, C, D] {
-                    assert!(table
-                        .decide(&table.home(key), 10, &q, 1, WhenFull::Evict)
-                        .is_allowed());
+                    assert!(table.decide(&table.home(key), 10, &q, 1).is_allowed());
                 }
             })
         };
-        table.decide(&table.home(A), 10, &q, 1, WhenFull::Evict);
+        table.decide(&table.home(A), 10, &q, 1);
         flood.join().unwrap();
         // D made one request; only A's request landing on D's funnel gives it TAT 30.
         let d = tat_of(&table, D);
@@ -538,12 +534,12 @@ fn a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets() {
             let table = table.clone();
             thread::spawn(move || {
                 let home = table.home(B);
-                assert!(table.decide(&home, 10, &q, 1, WhenFull::Evict).is_allowed()); // gen 3
+                assert!(table.decide(&home, 10, &q, 1).is_allowed()); // gen 3
                 table.reset(&home); // gen 1
                 table.reset(&home); // gen 2, TAT 0: A's word again
             })
         };
-        table.decide(&table.home(A), 10, &q, 1, WhenFull::Evict);
+        table.decide(&table.home(A), 10, &q, 1);
         other.join().unwrap();
         let b = tat_of(&table, B);
         assert!(

@@ -1,4 +1,4 @@
-//! One hot funnel (issue 2): [`funnel::Funnel`] against governor's direct (unkeyed) limiter.
+//! One hot funnel: [`funnel::Funnel`] against governor's direct (unkeyed) limiter.
 //!
 //! * `clock`: each side reads its default clock on every decision. Both are quanta's TSC clock
 //!   (funnel's `QuantaClock`, governor's `QuantaClock`), so this compares the decision paths

@@ -1,4 +1,4 @@
-//! Per-decision paths (issue 4), single thread, each funnel path against the matching governor
+//! Per-decision paths, single thread, each funnel path against the matching governor
 //! path (governor's keyed limiter on its default `DashMap` store, with its default SipHash
 //! hasher and with ahash, funnel's hasher). Every competitor reads the same quanta clock once per
 //! decision, unless the bench says otherwise.

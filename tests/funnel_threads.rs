@@ -1,4 +1,5 @@
-//! Never more than the limit under contention: the fourth article's demo, as tests.
+//! Never more than the limit under contention: the classic over-admission demo (many threads
+//! racing on one key), as tests.
 //!
 //! A hundred threads released together on one [`Funnel`] with a frozen [`ManualClock`] get
 //! exactly its limit; after the clock moves by `k` emission intervals, exactly `k` more. The

@@ -102,6 +102,31 @@ const MAX_HEADER_KEY: usize = 256;
 const MAX_HOPS: usize = 32;
 
 impl KeyBy {
+    /// Runs `f` on the key bytes of a request without copying them where it can: an address
+    /// is built on the stack, a header value or the path is borrowed from the request.
+    pub(crate) fn with_key<R>(&self, parts: &Parts, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self {
+            KeyBy::PeerIp { v6_prefix } => {
+                let (buf, len) = ip_key_bytes(peer(parts), *v6_prefix);
+                f(&buf[..len])
+            }
+            KeyBy::ClientIp { trusted, v6_prefix } => {
+                let (buf, len) = ip_key_bytes(client_ip(parts, trusted), *v6_prefix);
+                f(&buf[..len])
+            }
+            KeyBy::Header(name) => match parts.headers.get(name) {
+                Some(v) if v.len() <= MAX_HEADER_KEY => f(v.as_bytes()),
+                _ => f(MISSING),
+            },
+            KeyBy::Route => f(parts.uri.path().as_bytes()),
+            KeyBy::Global => f(&[]),
+            KeyBy::Custom(g) => match g(parts) {
+                Some(k) => f(&k),
+                None => f(MISSING),
+            },
+        }
+    }
+
     /// The key bytes of a request.
     pub(crate) fn key(&self, parts: &Parts) -> Vec<u8> {
         match self {
@@ -194,6 +219,33 @@ fn forwarded_for(v: &str) -> Option<IpAddr> {
         _ => v,
     };
     host.parse().ok()
+}
+
+/// The key of an address in a stack buffer: `4` and four octets, `6` and sixteen (masked to
+/// the prefix), or [`MISSING`]; the same bytes as [`ip_key`].
+fn ip_key_bytes(ip: Option<IpAddr>, v6_prefix: u8) -> ([u8; 17], usize) {
+    let mut buf = [0u8; 17];
+    let len = match ip {
+        Some(IpAddr::V4(v4)) => {
+            buf[0] = 4;
+            buf[1..5].copy_from_slice(&v4.octets());
+            5
+        }
+        Some(ip @ IpAddr::V6(_)) => {
+            buf[0] = 6;
+            if let IpAddr::V6(masked) = mask(ip, v6_prefix) {
+                buf[1..17].copy_from_slice(&masked.octets());
+                17
+            } else {
+                1
+            }
+        }
+        None => {
+            buf[..MISSING.len()].copy_from_slice(MISSING);
+            MISSING.len()
+        }
+    };
+    (buf, len)
 }
 
 fn ip_key(ip: Option<IpAddr>, v6_prefix: u8) -> Vec<u8> {
@@ -320,6 +372,38 @@ mod tests {
         assert_eq!(h.key(&p), MISSING);
         let long = "k".repeat(300);
         assert_eq!(h.key(&parts("192.0.2.1", &[("x-api-key", &long)])), MISSING);
+    }
+
+    #[test]
+    fn the_borrowed_key_is_the_same_bytes_as_the_owned_one() {
+        let trusted = vec![Net::parse("10.0.0.0/8").unwrap()];
+        let kinds = [
+            KeyBy::PeerIp { v6_prefix: 64 },
+            KeyBy::PeerIp { v6_prefix: 0 },
+            KeyBy::PeerIp { v6_prefix: 128 },
+            KeyBy::ClientIp {
+                trusted,
+                v6_prefix: 56,
+            },
+            KeyBy::Header(HeaderName::from_static("x-api-key")),
+            KeyBy::Route,
+            KeyBy::Global,
+            KeyBy::Custom(Arc::new(|p: &Parts| {
+                p.headers.get("x-api-key").map(|v| v.as_bytes().to_vec())
+            })),
+        ];
+        let requests = [
+            parts("192.0.2.1", &[]),
+            parts("2001:db8:1:2::1", &[("x-api-key", "abc")]),
+            parts("::ffff:192.0.2.7", &[("x-forwarded-for", "2001:db8::9")]),
+            parts("10.1.2.3", &[("x-forwarded-for", "198.51.100.4, 10.0.0.1")]),
+            http::Request::builder().uri("/").body(()).unwrap().into_parts().0,
+        ];
+        for by in &kinds {
+            for p in &requests {
+                assert_eq!(by.with_key(p, <[u8]>::to_vec), by.key(p));
+            }
+        }
     }
 
     #[test]

@@ -112,6 +112,8 @@ struct Policy {
     limiter: Limiter<[u8], QuantaClock>,
     /// `"name";q=..;w=..`, built once.
     policy_field: String,
+    /// The same as a header value, for [`Report::Closest`].
+    policy_value: HeaderValue,
     allowed: AtomicU64,
     denied: AtomicU64,
     shadow_denied: AtomicU64,
@@ -121,6 +123,8 @@ type CostFn = Arc<dyn Fn(&http::request::Parts) -> u64 + Send + Sync>;
 
 struct Shared {
     policies: Vec<Policy>,
+    /// Every policy's field, joined: the `RateLimit-Policy` value for [`Report::All`].
+    all_policies: HeaderValue,
     clock: QuantaClock,
     status: StatusCode,
     shadow: bool,
@@ -272,20 +276,29 @@ impl Builder {
                 quota.limit(),
                 ceil_secs(quota.tolerance()).max(1)
             );
+            // The name is printable ASCII without quotes (checked above), so the field is a
+            // valid header value.
+            let policy_value = HeaderValue::try_from(policy_field.as_str())
+                .map_err(|_| Error::BadName(name.clone()))?;
             policies.push(Policy {
                 name,
                 key,
                 quota,
                 limiter,
                 policy_field,
+                policy_value,
                 allowed: AtomicU64::new(0),
                 denied: AtomicU64::new(0),
                 shadow_denied: AtomicU64::new(0),
             });
         }
+        let joined: Vec<&str> = policies.iter().map(|p| p.policy_field.as_str()).collect();
+        let all_policies = HeaderValue::try_from(joined.join(", "))
+            .map_err(|_| Error::BadName(joined.join(", ")))?;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 policies,
+                all_policies,
                 clock,
                 status,
                 shadow: self.shadow,
@@ -342,22 +355,33 @@ where
         if exempt {
             return ResponseFuture::Inner {
                 fut: self.inner.call(req),
-                headers: Vec::new(),
+                headers: Extra::default(),
             };
         }
         let (parts, body) = req.into_parts();
         let n = shared.cost.as_ref().map_or(1, |f| f(&parts));
-        let keys: Vec<Vec<u8>> = shared.policies.iter().map(|p| p.key.key(&parts)).collect();
-        let costs: Vec<_> = shared
-            .policies
-            .iter()
-            .zip(&keys)
-            .map(|(p, k)| p.limiter.cost(k.as_slice(), n))
-            .collect();
-        let entries: Vec<&dyn Charge> = costs.iter().map(|c| c as &dyn Charge).collect();
-        let verdict = check_all(&entries, shared.clock.now());
-        let decisions = verdict.decisions();
-        let denied_by = verdict.denied_by();
+        let now = shared.clock.now();
+        // One policy, the common case: decide on the key where it lies, no allocation.
+        let single;
+        let verdict;
+        let (decisions, denied_by): (&[Decision], Option<usize>) = match &shared.policies[..] {
+            [p] => {
+                single = [p.key.with_key(&parts, |k| p.limiter.check_n_at(k, n, now))];
+                let denied = (!single[0].is_allowed()).then_some(0);
+                (&single, denied)
+            }
+            policies => {
+                let keys: Vec<Vec<u8>> = policies.iter().map(|p| p.key.key(&parts)).collect();
+                let costs: Vec<_> = policies
+                    .iter()
+                    .zip(&keys)
+                    .map(|(p, k)| p.limiter.cost(k.as_slice(), n))
+                    .collect();
+                let entries: Vec<&dyn Charge> = costs.iter().map(|c| c as &dyn Charge).collect();
+                verdict = check_all(&entries, now);
+                (verdict.decisions(), verdict.denied_by())
+            }
+        };
         let headers = headers(shared, decisions, denied_by);
         match denied_by {
             None => {
@@ -391,7 +415,7 @@ pin_project_lite::pin_project! {
     #[project = Projected]
     pub enum ResponseFuture<F> {
         /// Waiting for the inner service; these headers go on its response.
-        Inner { #[pin] fut: F, headers: Vec<(HeaderName, HeaderValue)> },
+        Inner { #[pin] fut: F, headers: Extra },
         /// Rejected: the response is ready.
         Denied { response: Option<Response<Full<Bytes>>> },
     }
@@ -411,7 +435,7 @@ where
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => return Poll::Pending,
                 };
-                for (name, value) in headers.drain(..) {
+                for (name, value) in headers.take() {
                     response.headers_mut().append(name, value);
                 }
                 Poll::Ready(Ok(response.map(Either::Left)))
@@ -443,18 +467,33 @@ fn t_secs(d: &Decision) -> u64 {
     }
 }
 
-fn headers(
-    shared: &Shared,
-    decisions: &[Decision],
-    denied_by: Option<usize>,
-) -> Vec<(HeaderName, HeaderValue)> {
+/// The rate-limit headers of one response: at most three, kept inline (no allocation).
+#[derive(Default)]
+pub struct Extra {
+    items: [Option<(HeaderName, HeaderValue)>; 3],
+}
+
+impl Extra {
+    fn push(&mut self, name: &'static str, value: HeaderValue) {
+        if let Some(slot) = self.items.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((HeaderName::from_static(name), value));
+        }
+    }
+
+    /// The headers, leaving none behind.
+    fn take(&mut self) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
+        self.items.iter_mut().filter_map(Option::take)
+    }
+}
+
+fn headers(shared: &Shared, decisions: &[Decision], denied_by: Option<usize>) -> Extra {
+    use std::fmt::Write as _;
     let closest = denied_by.unwrap_or_else(|| {
         (0..decisions.len())
             .min_by_key(|&i| decisions[i].remaining())
             .unwrap_or(0)
     });
-    let value = |s: String| HeaderValue::try_from(s).ok();
-    let mut out = Vec::with_capacity(3);
+    let mut out = Extra::default();
     match shared.report {
         Report::Legacy => {
             let d = &decisions[closest];
@@ -463,38 +502,39 @@ fn headers(
                 ("x-ratelimit-remaining", d.remaining()),
                 ("x-ratelimit-reset", t_secs(d)),
             ] {
-                if let Some(v) = value(v.to_string()) {
-                    out.push((HeaderName::from_static(name), v));
-                }
+                out.push(name, HeaderValue::from(v));
             }
         }
         Report::All | Report::Closest => {
-            let chosen: Vec<usize> = if shared.report == Report::All {
-                (0..decisions.len()).collect()
+            let all = shared.report == Report::All;
+            let chosen = if all {
+                0..decisions.len()
             } else {
-                vec![closest]
+                closest..closest + 1
             };
-            let policy: Vec<&str> = chosen
-                .iter()
-                .map(|&i| shared.policies[i].policy_field.as_str())
-                .collect();
-            let state: Vec<String> = chosen
-                .iter()
-                .map(|&i| {
-                    let d = &decisions[i];
-                    format!(
-                        "\"{}\";r={};t={}",
-                        shared.policies[i].name,
-                        d.remaining(),
-                        t_secs(d)
-                    )
-                })
-                .collect();
-            if let Some(v) = value(policy.join(", ")) {
-                out.push((HeaderName::from_static("ratelimit-policy"), v));
+            let policy = if all {
+                shared.all_policies.clone()
+            } else {
+                shared.policies[closest].policy_value.clone()
+            };
+            out.push("ratelimit-policy", policy);
+            // One buffer for the whole `RateLimit` value: `"name";r=..;t=..`, comma-separated.
+            let mut state = String::with_capacity(40 * chosen.len());
+            for i in chosen {
+                let d = &decisions[i];
+                let sep = if state.is_empty() { "" } else { ", " };
+                let _ = write!(
+                    state,
+                    "{sep}\"{}\";r={};t={}",
+                    shared.policies[i].name,
+                    d.remaining(),
+                    t_secs(d)
+                );
             }
-            if let Some(v) = value(state.join(", ")) {
-                out.push((HeaderName::from_static("ratelimit"), v));
+            // Printable ASCII by construction (checked names, digits); `from_maybe_shared`
+            // takes the buffer without copying it.
+            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
+                out.push("ratelimit", v);
             }
         }
     }
@@ -505,7 +545,7 @@ fn rejection(
     status: StatusCode,
     policy: &Policy,
     decision: &Decision,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    mut headers: Extra,
 ) -> Response<Full<Bytes>> {
     let retry = decision.retry_after().map(ceil_secs);
     let detail = match retry {
@@ -531,7 +571,7 @@ fn rejection(
     if let Some(s) = retry {
         h.insert(RETRY_AFTER, HeaderValue::from(s));
     }
-    for (name, value) in headers {
+    for (name, value) in headers.take() {
         h.append(name, value);
     }
     response

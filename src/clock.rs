@@ -35,7 +35,7 @@ pub struct Timestamp(u64);
 impl Timestamp {
     /// The clock's origin.
     pub const ZERO: Timestamp = Timestamp(0);
-    /// The latest representable time: `3 * 2^60 - 2` ns, about 109.6 years after the origin.
+    /// The latest representable time: `3 * 2^60 - 32` ns, about 109.6 years after the origin.
     pub const MAX: Timestamp = Timestamp(MAX_TIME_NANOS);
 
     /// The time `nanos` nanoseconds after the origin.

@@ -75,6 +75,13 @@ pub enum Error {
         /// The largest capacity accepted, in keys.
         max: usize,
     },
+    /// A growable limiter's maximum capacity is below its initial capacity.
+    MaxCapacityBelowCapacity {
+        /// The initial capacity asked for, in keys.
+        capacity: usize,
+        /// The maximum capacity asked for, in keys.
+        max_capacity: usize,
+    },
     /// The table's memory could not be allocated.
     OutOfMemory {
         /// Bytes the table needed.
@@ -122,6 +129,13 @@ impl fmt::Display for Error {
                     "capacity of {requested} keys is above the maximum of {max}"
                 )
             }
+            Error::MaxCapacityBelowCapacity {
+                capacity,
+                max_capacity,
+            } => write!(
+                f,
+                "max_capacity of {max_capacity} keys is below the initial capacity of {capacity}"
+            ),
             Error::OutOfMemory { bytes } => {
                 write!(
                     f,

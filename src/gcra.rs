@@ -16,7 +16,7 @@ use crate::quota::Quota;
 /// Requires `now <= MAX_TIME_NANOS` and `tat <= MAX_TAT` (the [`Timestamp`](crate::Timestamp)
 /// type and the packed word guarantee both); then no operation below can overflow:
 /// `n * T <= T * L <= 2^60`, and `max(tat, now) + n * T < 2^63`.
-#[inline]
+#[inline(always)]
 pub(crate) fn decide(tat: u64, now: u64, quota: &Quota, n: u64) -> (Decision, Option<u64>) {
     let Quota { t, limit, tau } = *quota;
     if n > limit {

@@ -14,6 +14,9 @@ use crate::table::{Home, Stats, Table, Updated, WhenFull};
 /// The capacity of [`Limiter::new`]: 65,536 keys (65,541 slots, a 1.2 MB table).
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
 
+/// The initial capacity of a growable table when [`Builder::capacity`] is not given.
+const DEFAULT_GROWABLE_START: usize = 1 << 10;
+
 /// A keyed funnel limiter with bounded memory: each key (client IP, token, `user:action`) gets
 /// its own funnel in one `AtomicU64`, inside a table whose size is fixed when it is built.
 ///
@@ -286,13 +289,21 @@ impl<K: ?Sized, C> Limiter<K, C> {
         self.len() == 0
     }
 
-    /// How many keys the table can hold: the requested capacity rounded up to a whole bucket
-    /// of seven slots.
+    /// How many keys the table can hold now: the requested capacity rounded up to a whole
+    /// bucket of seven slots; for a growable table, the slots of its current size.
     pub fn capacity(&self) -> usize {
         self.table.capacity()
     }
 
-    /// Bytes of memory the table occupies; fixed at build time.
+    /// The most keys the table can ever hold: [`capacity`](Self::capacity) for a fixed table,
+    /// the slots of its largest size for a growable one.
+    pub fn max_capacity(&self) -> usize {
+        self.table.max_capacity()
+    }
+
+    /// Bytes of memory the table occupies: its buckets in use, with their locks, and its
+    /// counters. Fixed at build time for a fixed table; for a growable one, that of its current
+    /// size (the rest of its maximum is reserved address space, never touched).
     pub fn memory_bytes(&self) -> usize {
         self.table.memory_bytes()
     }
@@ -356,7 +367,10 @@ impl<K: ?Sized, C> std::fmt::Debug for Limiter<K, C> {
 #[must_use]
 pub struct Builder<K: ?Sized, C = DefaultClock> {
     quota: Quota,
-    capacity: usize,
+    /// The fixed capacity, or the initial one of a growable table; `None`: the default.
+    capacity: Option<usize>,
+    /// `Some`: the table grows up to this many keys.
+    max_capacity: Option<usize>,
     clock: C,
     seed: Option<u64>,
     when_full: WhenFull,
@@ -367,7 +381,8 @@ impl<K: ?Sized> Builder<K, DefaultClock> {
     fn new(quota: Quota) -> Self {
         Builder {
             quota,
-            capacity: DEFAULT_CAPACITY,
+            capacity: None,
+            max_capacity: None,
             clock: DefaultClock::new(),
             seed: None,
             when_full: WhenFull::default(),
@@ -377,10 +392,47 @@ impl<K: ?Sized> Builder<K, DefaultClock> {
 }
 
 impl<K: ?Sized, C: Clock> Builder<K, C> {
-    /// Room for at least `max_keys` keys, rounded up to a whole bucket of seven slots; a
-    /// 128-byte bucket per seven slots (18.3 bytes a slot).
-    pub fn capacity(mut self, max_keys: usize) -> Self {
-        self.capacity = max_keys;
+    /// Room for at least `keys` keys, rounded up to a whole bucket of seven slots; a 128-byte
+    /// bucket per seven slots (18.3 bytes a slot). Without
+    /// [`max_capacity`](Self::max_capacity) the table keeps this size for its whole life (the
+    /// default: [`DEFAULT_CAPACITY`]); with it, this is the size the table starts at (the
+    /// default: 1,024 keys).
+    pub fn capacity(mut self, keys: usize) -> Self {
+        self.capacity = Some(keys);
+        self
+    }
+
+    /// Lets the table grow, up to room for `keys` keys: it starts at
+    /// [`capacity`](Self::capacity) and doubles whenever a new key finds its candidate slots
+    /// all held by funnels in debt, until it reaches this size; from then on [`WhenFull`]
+    /// applies as in a fixed table. Both sizes round up to a power of two of buckets (seven
+    /// slots each).
+    ///
+    /// Memory: the maximum is reserved as address space when the limiter is built, but only
+    /// the buckets in use are touched, so resident memory is that of the current size
+    /// ([`memory_bytes`](Limiter::memory_bytes)), at most `128 B × 2^ceil(log2(keys / 7))`.
+    /// Updates stay lock-free while the table grows; keys whose buckets change move in
+    /// chunks, carried by the requests that take the slow path.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<u64>::builder(Quota::per_minute(1)?)
+    ///     .capacity(1_000)
+    ///     .max_capacity(1_000_000)
+    ///     .build()?;
+    /// let start = limiter.capacity();
+    /// for key in 0..10_000 {
+    ///     assert!(limiter.check(&key).is_allowed()); // every key is new: one request fits
+    /// }
+    /// assert!(limiter.capacity() > start);
+    /// assert!(limiter.stats().growths >= 1);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn max_capacity(mut self, keys: usize) -> Self {
+        self.max_capacity = Some(keys);
         self
     }
 
@@ -389,6 +441,7 @@ impl<K: ?Sized, C: Clock> Builder<K, C> {
         Builder {
             quota: self.quota,
             capacity: self.capacity,
+            max_capacity: self.max_capacity,
             clock,
             seed: self.seed,
             when_full: self.when_full,
@@ -414,7 +467,8 @@ impl<K: ?Sized, C: Clock> Builder<K, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroCapacity`], [`Error::CapacityTooLarge`], [`Error::OutOfMemory`].
+    /// [`Error::ZeroCapacity`], [`Error::CapacityTooLarge`],
+    /// [`Error::MaxCapacityBelowCapacity`], [`Error::OutOfMemory`].
     pub fn build(self) -> Result<Limiter<K, C>, Error> {
         let hasher = match self.seed {
             Some(seed) => {
@@ -425,7 +479,16 @@ impl<K: ?Sized, C: Clock> Builder<K, C> {
             None => ahash::RandomState::new(),
         };
         Ok(Limiter {
-            table: Table::with_capacity(self.capacity, self.when_full)?,
+            table: match self.max_capacity {
+                None => {
+                    Table::with_capacity(self.capacity.unwrap_or(DEFAULT_CAPACITY), self.when_full)?
+                }
+                Some(max) => Table::growable(
+                    self.capacity.unwrap_or(DEFAULT_GROWABLE_START.min(max)),
+                    max,
+                    self.when_full,
+                )?,
+            },
             quota: self.quota,
             when_full: self.when_full,
             hasher,

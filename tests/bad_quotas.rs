@@ -428,7 +428,7 @@ fn error_messages_say_what_was_wrong_and_the_bounds() {
     );
     says(
         Timestamp::from_nanos(u64::MAX).unwrap_err(),
-        &["18446744073709551615", "3458764513820540926"],
+        &["18446744073709551615", "3458764513820540896"],
     );
     let zero = Limiter::<str>::builder(Quota::per_second(1).unwrap())
         .capacity(0)

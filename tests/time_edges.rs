@@ -14,8 +14,8 @@ use funnel_testkit::Rng;
 const MAX_TOLERANCE_NANOS: u64 = Quota::MAX_TOLERANCE_NANOS;
 
 const S: u64 = 1_000_000_000;
-/// `Timestamp::MAX` in nanoseconds, as documented: `3 * 2^60 - 2`.
-const MAX_NANOS: u64 = 3 * (1 << 60) - 2;
+/// `Timestamp::MAX` in nanoseconds, as documented: `3 * 2^60 - 32`.
+const MAX_NANOS: u64 = 3 * (1 << 60) - 32;
 
 fn at(nanos: u64) -> Timestamp {
     Timestamp::from_nanos(nanos).unwrap()

@@ -1,13 +1,15 @@
-//! Creating a key: the locked slow path. A creator takes the creation lock of the key's home
-//! bucket, looks the key up again, picks a victim slot (EMPTY, then recovered, then
-//! [`WhenFull`]), reserves it, and binds the key (`docs/DESIGN.md`, "The slot protocol").
+//! Creating a key: the locked slow path. A creator takes the key's creation lock (its stripe),
+//! looks the key up again, picks a victim slot (EMPTY, then recovered, then [`WhenFull`] or a
+//! growth), reserves it, and binds the key (`docs/DESIGN.md`, "The slot protocol"). A move
+//! while the table grows (`grow.rs`) places its key with the same victim choice.
 
 use super::bucket::{tag_of, Bucket, SLOTS_PER_BUCKET};
-use super::{Home, Table};
+use super::{grow, Home, Table};
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, Ordering};
 
-/// What a new key does when every slot it may use holds a funnel still in debt.
+/// What a new key does when every slot it may use holds a funnel still in debt, and the table
+/// cannot grow (a fixed table, or a growable one at its maximum capacity).
 ///
 /// # Examples
 ///
@@ -26,14 +28,16 @@ use crate::sync::{spin, AtomicBool, Ordering};
 pub enum WhenFull {
     /// Evict the candidate with the smallest arrival time: the funnel whose loss admits the
     /// fewest extra requests (one-shot flood keys go first, heavily limited keys last), and
-    /// count it in [`Stats::forced_evictions`]. The default.
+    /// count it in [`Stats::forced_evictions`](crate::Stats::forced_evictions). The default.
     #[default]
     Evict,
-    /// Turn the new key away ([`Outcome::TurnedAway`], fail-closed) and count it in
-    /// [`Stats::turned_away`]. Beware: under a key flood this locks out new legitimate users.
+    /// Turn the new key away ([`Outcome::TurnedAway`](crate::Outcome::TurnedAway),
+    /// fail-closed) and count it in [`Stats::turned_away`](crate::Stats::turned_away). Beware:
+    /// under a key flood this locks out new legitimate users.
     Deny,
     /// Let the new key's request through as a fresh funnel would, without recording it
-    /// ([`Outcome::AllowedUntracked`], fail-open), and count it in [`Stats::admitted_untracked`].
+    /// ([`Outcome::AllowedUntracked`](crate::Outcome::AllowedUntracked), fail-open), and count
+    /// it in [`Stats::admitted_untracked`](crate::Stats::admitted_untracked).
     Allow,
 }
 
@@ -49,162 +53,250 @@ pub(super) enum Created {
     Untracked,
 }
 
-/// A slot of a bucket, with the funnel word it was seen holding.
+/// A slot a creator may take, with the word it was seen holding and the generation its next
+/// binding counts from.
 #[derive(Clone, Copy)]
-struct Seen<'a> {
-    bucket: &'a Bucket,
+pub(super) struct Victim<'a> {
+    pub(super) bucket: &'a Bucket,
     /// The slot's index in its bucket.
-    i: usize,
+    pub(super) slot: usize,
     word: u64,
-}
-
-/// The least indebted live slot seen so far: the victim of last resort.
-#[derive(Clone, Copy)]
-struct Indebted<'a> {
-    seen: Seen<'a>,
-    /// Its funnel's arrival time (after `now`: still in debt).
-    tat: u64,
+    /// The generation the slot's last binding had (0 if none).
+    gen: u64,
+    /// How taking it frees it.
+    taken: Taken,
 }
 
 /// How the slot a creator takes was freed, for the counters.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Taken {
-    /// EMPTY, or a funnel that had fully recovered: nobody loses anything.
-    Free,
-    /// A funnel still in debt, evicted under [`WhenFull::Evict`].
+pub(super) enum Taken {
+    /// EMPTY, or a dead slot left by a move: no key loses anything, one more slot holds a key.
+    Unbound,
+    /// A funnel that had fully recovered: its key loses nothing.
+    Recovered,
+    /// A funnel still in debt, evicted.
     Forced,
+}
+
+/// The outcome of looking for a slot among a key's candidates.
+pub(super) enum Placement<'a> {
+    /// A free slot (EMPTY, dead, or recovered).
+    Free(Victim<'a>),
+    /// None free; the least indebted live slot, the victim of last resort, and its TAT.
+    Full(Victim<'a>, u64),
+    /// Every candidate is being bound or moved by another thread this instant.
+    Busy,
+}
+
+/// What a reserved slot becomes.
+pub(super) enum BindAs {
+    /// A new key's funnel with this arrival time.
+    Live(u64),
+    /// A move's target, pending until its source is sealed.
+    Pending,
 }
 
 /// Free slots of one candidate bucket, as seen by a creator.
 #[derive(Default)]
 struct Scan<'a> {
-    /// How many slots are EMPTY or recovered.
+    /// How many slots are free (EMPTY, dead, or recovered).
     free: usize,
-    /// The one to take: the first EMPTY slot if any (so a recovered key keeps its slot while
+    /// The one to take: the first unbound slot if any (so a recovered key keeps its slot while
     /// there is room, and need not be created again on its next request), else the first
     /// recovered one.
-    slot: Option<Seen<'a>>,
+    slot: Option<Victim<'a>>,
 }
 
 impl Table {
-    pub(super) fn create(&self, home: &Home, now: u64, new_tat: u64) -> Created {
-        let _lock = lock(&self.buckets[home.first].lock);
-        // A racing creator of the same key may have finished while we waited: the lock's
-        // Acquire makes its binding (key, tag and word) visible here.
-        if self.find(home).is_some() {
-            return Created::Exists;
-        }
+    /// Creates the key `fp` with arrival time `new_tat` (its first request, charged), unless a
+    /// racing creator already has.
+    pub(super) fn create(&self, fp: u64, now: u64, new_tat: u64) -> Created {
         let mut round = 0;
         loop {
-            // Two-choice placement: the candidate bucket with more free slots (EMPTY or
-            // recovered) takes the key, the home bucket on a tie; the least indebted live slot
-            // of either is the victim of last resort.
-            let mut least: Option<Indebted<'_>> = None;
-            let first = scan(&self.buckets[home.first], now, &mut least);
-            let second = if home.second == home.first {
-                Scan::default()
-            } else {
-                scan(&self.buckets[home.second], now, &mut least)
-            };
-            let free = if second.free > first.free {
-                second.slot
-            } else {
-                first.slot
-            };
-            let (victim, taken) = match (free, least) {
-                (Some(seen), _) => (seen, Taken::Free),
-                (None, Some(Indebted { seen, tat })) => match self.when_full {
-                    WhenFull::Evict => (seen, Taken::Forced),
-                    WhenFull::Deny => {
-                        // Relaxed: counters are statistics; they order nothing.
-                        self.shard(home).turned_away.fetch_add(1, Ordering::Relaxed);
-                        return Created::TurnedAway(tat - now);
+            let lock = lock(self.stripe(fp));
+            // A racing creator of the same key may have finished while we waited: the lock's
+            // Acquire makes its binding (key, tag and word) visible here.
+            if self.locate(fp).is_some() {
+                return Created::Exists;
+            }
+            // The level is read under the lock: a growth that starts later waits for our unlock
+            // before moving anything (`grow.rs`, the barrier), so it sees what we bind.
+            let (home, _) = self.homes(fp);
+            let victim = match self.place(&home, now) {
+                Placement::Free(victim) => victim,
+                Placement::Full(least, tat) => {
+                    if self.can_grow() {
+                        // A table that can still grow never evicts a key in debt: make room
+                        // (or wait for the growth under way) and look again. Growing takes
+                        // every creation lock in turn: never while holding one.
+                        drop(lock);
+                        self.make_room(now, &mut round);
+                        continue;
                     }
-                    WhenFull::Allow => {
-                        // Relaxed: a statistic, as above.
-                        self.shard(home).untracked.fetch_add(1, Ordering::Relaxed);
-                        return Created::Untracked;
+                    match self.when_full {
+                        WhenFull::Evict => least,
+                        WhenFull::Deny => return self.turn_away(fp, tat - now),
+                        WhenFull::Allow => return self.admit_untracked(fp),
                     }
-                },
-                (None, None) => {
-                    // Every candidate is being rebound by other creators this instant.
+                }
+                Placement::Busy => {
+                    drop(lock);
                     spin(round);
                     round += 1;
                     continue;
                 }
             };
-            let Seen { bucket, i, word } = victim;
-            let gen = state::gen_of(word);
-            // Winning this CAS is what matters (an update or another creator that got there
-            // first makes it fail); ordering for readers comes from the Release key store below.
-            // Acquire on success: pairs with the Release store (or update/reset CAS) of the word
-            // we replace, so the previous binding's key store happens before ours and ours is
-            // the later one in the key word's order. Creators under different locks (home
-            // buckets) share no other ordering; with Relaxed the old key could land last and
-            // pair with our funnel (loom model 4a).
-            if bucket.words[i]
-                .compare_exchange(
-                    word,
-                    state::reserved(gen),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-            {
-                continue; // the slot moved; choose again
+            if self.bind(fp, victim, BindAs::Live(new_tat)).is_some() {
+                return Created::Bound;
             }
-            // Release: a reader that Acquire-loads this key also sees RESERVED (or newer) in the
-            // funnel word, so it cannot pair the new key with the evicted funnel.
-            bucket.keys[i].store(home.fp, Ordering::Release);
-            bucket.set_tag(i, tag_of(home.fp));
-            // Release: publishes the key store above to readers that Acquire-load this word.
-            bucket.words[i].store(
-                state::live(state::next_gen(gen), new_tat),
-                Ordering::Release,
-            );
-            let shard = self.shard(home);
-            let counter = match state::decode(word) {
-                SlotState::Empty => &shard.keys,
-                _ if taken == Taken::Forced => &shard.forced,
-                _ => &shard.recovered,
+            // The slot moved under us (an update or another creator got there first): choose
+            // again.
+        }
+    }
+
+    fn turn_away(&self, fp: u64, retry: u64) -> Created {
+        // Relaxed: counters are statistics; they order nothing.
+        self.shard(fp).turned_away.fetch_add(1, Ordering::Relaxed);
+        Created::TurnedAway(retry)
+    }
+
+    fn admit_untracked(&self, fp: u64) -> Created {
+        // Relaxed: a statistic, as above.
+        self.shard(fp).untracked.fetch_add(1, Ordering::Relaxed);
+        Created::Untracked
+    }
+
+    /// Two-choice placement: the candidate bucket of `home` with more free slots (EMPTY, dead,
+    /// or recovered) offers its slot, the first bucket on a tie; the least indebted live slot
+    /// of either is the victim of last resort.
+    pub(super) fn place(&self, home: &Home, now: u64) -> Placement<'_> {
+        let mut least: Option<(Victim<'_>, u64)> = None;
+        let first = self.scan(&self.buckets[home.first], now, &mut least);
+        let second = if home.second == home.first {
+            Scan::default()
+        } else {
+            self.scan(&self.buckets[home.second], now, &mut least)
+        };
+        let free = if second.free > first.free {
+            second.slot
+        } else {
+            first.slot
+        };
+        match (free, least) {
+            (Some(victim), _) => Placement::Free(victim),
+            (None, Some((victim, tat))) => Placement::Full(victim, tat),
+            (None, None) => Placement::Busy,
+        }
+    }
+
+    /// Reserves `victim` and binds `fp` to it as `bind`: the RESERVED CAS, the key, the tag,
+    /// then the live (or pending) word, which it returns. `None` when the slot changed since it
+    /// was chosen.
+    pub(super) fn bind(&self, fp: u64, victim: Victim<'_>, bind: BindAs) -> Option<u64> {
+        let Victim {
+            bucket,
+            slot: i,
+            word,
+            gen,
+            taken,
+        } = victim;
+        // Winning this CAS is what matters (an update or another creator that got there first
+        // makes it fail); ordering for readers comes from the Release key store below.
+        // Acquire on success: pairs with the Release store (or update/reset CAS) of the word we
+        // replace, so the previous binding's key store happens before ours and ours is the
+        // later one in the key word's order. Creators under different locks share no other
+        // ordering; with Relaxed the old key could land last and pair with our funnel (loom
+        // model 4a).
+        if bucket.words[i]
+            .compare_exchange(
+                word,
+                state::reserved(gen),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return None;
+        }
+        // Release: a reader that Acquire-loads this key also sees RESERVED (or newer) in the
+        // funnel word, so it cannot pair the new key with the evicted funnel.
+        bucket.keys[i].store(fp, Ordering::Release);
+        bucket.set_tag(i, tag_of(fp));
+        let gen = state::next_gen(gen);
+        let word = match bind {
+            BindAs::Live(tat) => state::live(gen, tat),
+            BindAs::Pending => state::pending(gen),
+        };
+        // Release: publishes the key store above to readers that Acquire-load this word.
+        bucket.words[i].store(word, Ordering::Release);
+        let shard = self.shard(fp);
+        let counter = match taken {
+            Taken::Unbound => &shard.bound,
+            Taken::Recovered => &shard.recovered,
+            Taken::Forced => &shard.forced,
+        };
+        // Relaxed: a statistic; readers sum shards without ordering.
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(word)
+    }
+
+    /// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live
+    /// slot.
+    fn scan<'a>(
+        &'a self,
+        bucket: &'a Bucket,
+        now: u64,
+        least: &mut Option<(Victim<'a>, u64)>,
+    ) -> Scan<'a> {
+        let mut found = Scan::default();
+        for slot in 0..SLOTS_PER_BUCKET {
+            // Relaxed: the creator's CAS validates whatever slot it picks.
+            let word = bucket.words[slot].load(Ordering::Relaxed);
+            let victim = |gen, taken| Victim {
+                bucket,
+                slot,
+                word,
+                gen,
+                taken,
             };
-            // Relaxed: a statistic; readers sum shards without ordering.
-            counter.fetch_add(1, Ordering::Relaxed);
-            return Created::Bound;
+            match state::decode(word) {
+                SlotState::Empty => {
+                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
+                        found.slot = Some(victim(0, Taken::Unbound));
+                    }
+                }
+                SlotState::Moved { .. } => {
+                    // Free once its move is over: the mover then replaces the key with a
+                    // tombstone carrying the binding's generation (`grow.rs`). Acquire: pairs
+                    // with that Release store; the RESERVED CAS on `word` revalidates.
+                    match grow::tombstone_gen(bucket.keys[slot].load(Ordering::Acquire)) {
+                        Some(gen) => {
+                            if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
+                                found.slot = Some(victim(gen, Taken::Unbound));
+                            }
+                        }
+                        None => continue, // a move in progress
+                    }
+                }
+                SlotState::Live { gen, tat } if tat <= now => {
+                    found.slot.get_or_insert(victim(gen, Taken::Recovered));
+                }
+                SlotState::Live { gen, tat } => {
+                    if least.is_none_or(|(_, t)| tat < t) {
+                        *least = Some((victim(gen, Taken::Forced), tat));
+                    }
+                    continue;
+                }
+                SlotState::Reserved | SlotState::Pending { .. } => continue,
+            }
+            found.free += 1;
         }
+        found
     }
 }
 
-/// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live slot.
-fn scan<'a>(bucket: &'a Bucket, now: u64, least: &mut Option<Indebted<'a>>) -> Scan<'a> {
-    let mut found = Scan::default();
-    for i in 0..SLOTS_PER_BUCKET {
-        // Relaxed: the creator's CAS validates whatever slot it picks.
-        let word = bucket.words[i].load(Ordering::Relaxed);
-        let seen = Seen { bucket, i, word };
-        match state::decode(word) {
-            SlotState::Empty => {
-                if !matches!(found.slot, Some(s) if s.word == state::EMPTY) {
-                    found.slot = Some(seen);
-                }
-            }
-            SlotState::Live { tat, .. } if tat <= now => {
-                found.slot.get_or_insert(seen);
-            }
-            SlotState::Live { tat, .. } => {
-                if least.is_none_or(|l| tat < l.tat) {
-                    *least = Some(Indebted { seen, tat });
-                }
-                continue;
-            }
-            SlotState::Reserved => continue,
-        }
-        found.free += 1;
-    }
-    found
-}
-
-struct CreationLock<'a>(&'a AtomicBool);
+/// A held creation lock; dropping it unlocks.
+pub(super) struct CreationLock<'a>(&'a AtomicBool);
 
 impl Drop for CreationLock<'_> {
     fn drop(&mut self) {
@@ -213,7 +305,16 @@ impl Drop for CreationLock<'_> {
     }
 }
 
-fn lock(lock: &AtomicBool) -> CreationLock<'_> {
+/// Takes a creation lock if it is free, without waiting.
+pub(super) fn try_lock(lock: &AtomicBool) -> Option<CreationLock<'_>> {
+    // Acquire: as in `lock`.
+    lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+        .then_some(CreationLock(lock))
+}
+
+/// Takes a creation lock: a one-byte spin lock that yields after 64 spins.
+pub(super) fn lock(lock: &AtomicBool) -> CreationLock<'_> {
     let mut round = 0;
     loop {
         // Acquire: pairs with the Release in `CreationLock::drop`, so the previous holder's

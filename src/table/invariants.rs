@@ -1,19 +1,22 @@
-//! The table's invariants, checked at rest by tests and fuzzing: no RESERVED slot, no key bound
-//! twice, every key in one of its candidate buckets with its own tag, the key counter equal to
-//! the bound slots.
+//! The table's invariants, checked at rest by tests and fuzzing: no slot being bound or moved,
+//! no key bound twice, every key in one of its candidate buckets with its own tag, the key
+//! counter equal to the bound slots.
 
 use super::bucket::{tag_of, SLOTS_PER_BUCKET};
+use super::grow::{tombstone_gen, FIRST_FP};
 use super::Table;
 use crate::state::{self, SlotState};
 use crate::sync::Ordering;
 
 impl Table {
-    /// Checks the table's invariants while no other thread uses it: no RESERVED slot, no key
-    /// bound twice, every key in one of its candidate buckets, the key count equal to the
-    /// bound slots. For tests and fuzzing.
+    /// Checks the table's invariants while no other thread uses it: no RESERVED or PENDING
+    /// slot, no key bound twice, every key in one of its candidate buckets (at the level in use,
+    /// or, in the middle of a growth, the level it grows from), the key count equal to the bound
+    /// slots. For tests and fuzzing.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         let mut seen = std::collections::HashMap::new();
         let mut bound = 0usize;
+        let in_use = self.buckets_in_use();
         for (b, bucket) in self.buckets.iter().enumerate() {
             // Acquire: the table is at rest (caller's contract); Acquire makes the last
             // writers' stores visible even if they ran on other threads.
@@ -21,31 +24,43 @@ impl Table {
             for i in 0..SLOTS_PER_BUCKET {
                 let word = bucket.words[i].load(Ordering::Acquire);
                 let key = bucket.keys[i].load(Ordering::Acquire);
+                let at = (b, i);
                 match state::decode(word) {
                     SlotState::Empty if key == 0 => {}
                     SlotState::Empty => {
-                        return Err(format!("slot {b}.{i} is EMPTY but has key {key:#x}"))
+                        return Err(format!("slot {at:?} is EMPTY with key {key:#x}"))
                     }
-                    SlotState::Reserved => return Err(format!("slot {b}.{i} is RESERVED at rest")),
+                    SlotState::Reserved => return Err(format!("slot {at:?} is RESERVED at rest")),
+                    SlotState::Pending { .. } => {
+                        return Err(format!("slot {at:?} is PENDING at rest"))
+                    }
+                    SlotState::Moved { .. } if tombstone_gen(key).is_some() => {}
+                    SlotState::Moved { .. } => {
+                        return Err(format!("slot {at:?} is MOVED without a tombstone at rest"))
+                    }
                     SlotState::Live { tat, .. } => {
                         bound += 1;
+                        if b >= in_use {
+                            return Err(format!("slot {at:?} is live beyond the buckets in use"));
+                        }
+                        if key < FIRST_FP {
+                            return Err(format!("slot {at:?} is live with key word {key}"));
+                        }
                         if tat > state::MAX_TAT {
-                            return Err(format!("slot {b}.{i} has TAT {tat} beyond range"));
+                            return Err(format!("slot {at:?} has TAT {tat} beyond range"));
                         }
                         if (tags >> (8 * i)) & 0xFF != tag_of(key) {
-                            return Err(format!("slot {b}.{i} has a tag that is not its key's"));
+                            return Err(format!("slot {at:?} has a tag that is not its key's"));
                         }
-                        let home = self.home(key);
-                        if b != home.first && b != home.second {
+                        let (home, from) = self.homes(key);
+                        let candidate = home.buckets().chain(from.iter().flat_map(|h| h.buckets()));
+                        if !candidate.into_iter().any(|c| c == b) {
                             return Err(format!(
                                 "key {key:#x} in bucket {b}, not one of its candidates"
                             ));
                         }
-                        if let Some(other) = seen.insert(key, (b, i)) {
-                            return Err(format!(
-                                "key {key:#x} bound twice: {other:?} and {:?}",
-                                (b, i)
-                            ));
+                        if let Some(other) = seen.insert(key, at) {
+                            return Err(format!("key {key:#x} bound twice: {other:?} and {at:?}"));
                         }
                     }
                 }

@@ -1,9 +1,11 @@
-//! Finding a key: both candidate buckets' tag words matched into one bitmask, each candidate
-//! slot validated (key, word, key again), and prefetching for batches.
+//! Finding a key. The hot path (`find`): both candidate buckets' tag words matched into one
+//! bitmask, each candidate slot validated (key, word, key). The slow path (`locate`): every
+//! slot of the buckets where the key may be, including, while the table grows, the buckets it
+//! had before, and completing a move that another thread left half done.
 
-use super::bucket::{match_tag, Bucket};
+use super::bucket::{candidates, Bucket, SLOTS_PER_BUCKET};
 use super::{prefetch, Home, Table};
-use crate::state;
+use crate::state::{self, SlotState};
 use crate::sync::Ordering;
 
 /// A live slot bound to the key looked up, and the funnel word validated against it.
@@ -13,39 +15,96 @@ pub(super) struct Found<'a> {
     pub(super) bucket: &'a Bucket,
     /// The slot's index in its bucket.
     pub(super) slot: usize,
-    /// The funnel word read while the slot was bound to the key.
+    /// The funnel word read while the slot was bound to the key (live).
     pub(super) word: u64,
 }
 
+/// What one slot holds for a key, read by the validation protocol.
+enum Seen<'a> {
+    /// The key's funnel.
+    Live(Found<'a>),
+    /// The target of a move of the key; its funnel is still the source's.
+    Pending(Found<'a>),
+    /// The sealed source of a move of the key, with the arrival time the target takes.
+    Moved(u64),
+    /// Nothing of the key's.
+    Nothing,
+}
+
 impl Table {
-    /// The live slot bound to `home.fp` (its bucket and index), with the funnel word that was
-    /// validated against it.
-    #[inline]
+    /// The hot path: the live slot bound to `home.fp`, if one of its candidate slots at the
+    /// level in use holds it. `None` sends the caller to [`locate`](Self::locate), which also
+    /// knows the states a growing table passes through.
+    #[inline(always)]
     pub(super) fn find(&self, home: &Home) -> Option<Found<'_>> {
         let first = &self.buckets[home.first];
         let second = &self.buckets[home.second];
         // Relaxed: tags are a filter (`bucket.rs`); every candidate is validated below, and a
-        // stale miss only sends us to the locked slow path, whose rescan sees every completed
-        // binding of this key.
-        let in_first = match_tag(first.tags.load(Ordering::Relaxed), home.tag);
-        let in_second = match_tag(second.tags.load(Ordering::Relaxed), home.tag);
-        // Both buckets' candidates in one mask: slot `i` of the first bucket is bit `8i`, of
-        // the second bit `8i + 4`. (A one-bucket table checks its bucket twice on a miss.)
-        let mut candidates = (in_first >> 7) | (in_second >> 3);
-        while candidates != 0 {
-            let bit = candidates.trailing_zeros();
-            candidates &= candidates - 1;
-            let bucket = if bit & 4 == 0 { first } else { second };
-            let i = (bit >> 3) as usize;
-            if let Some(word) = validate(bucket, i, home.fp) {
-                return Some(Found {
-                    bucket,
-                    slot: i,
-                    word,
-                });
+        // stale miss only sends us to the slow path, which reads every slot of the buckets.
+        let mut slots = candidates(
+            first.tags.load(Ordering::Relaxed),
+            second.tags.load(Ordering::Relaxed),
+            home.tag,
+        );
+        while slots != 0 {
+            let bit = slots.trailing_zeros();
+            slots &= slots - 1;
+            // Bit 8i + 7: slot i of the first bucket; bit 8i + 3: of the second.
+            let bucket = if bit & 4 != 0 { first } else { second };
+            let slot = (bit >> 3) as usize;
+            if let Some(word) = validate(bucket, slot, home.fp) {
+                if state::is_live(word) {
+                    return Some(Found { bucket, slot, word });
+                }
             }
         }
         None
+    }
+
+    /// The slow path: the live slot bound to `fp` wherever the table may hold it now, or `None`
+    /// when the key is absent. Reads every slot of the key's candidate buckets (no tag filter);
+    /// while the table grows, first those of the level it grows from (a key not moved yet is
+    /// there), then those of the level in use (a key moved or created since). A move found half
+    /// done (target pending, source sealed) is completed here, so no reader waits for a mover
+    /// (`docs/DESIGN.md`, "Growing").
+    #[cold]
+    pub(super) fn locate(&self, fp: u64) -> Option<Found<'_>> {
+        // A move seen half way through may have advanced past our scan (a target we passed
+        // before it was pending, a source we passed before it was sealed); one more scan sees
+        // where it stands.
+        let mut rescanned = false;
+        loop {
+            let (home, from) = self.homes(fp);
+            let mut pending = None;
+            let mut sealed = None;
+            let buckets = from.iter().flat_map(Home::buckets).chain(home.buckets());
+            for bucket in buckets {
+                for slot in 0..SLOTS_PER_BUCKET {
+                    match examine(&self.buckets[bucket], slot, fp) {
+                        Seen::Live(found) => return Some(found),
+                        Seen::Pending(target) => pending = Some(target),
+                        // Acquire (the word load in `validate`): a sealed source shows us its
+                        // target, made pending before the seal.
+                        Seen::Moved(tat) => sealed = Some(tat),
+                        Seen::Nothing => {}
+                    }
+                }
+            }
+            match (pending, sealed) {
+                // Half done: the source is sealed, the target still pending. Complete it (any
+                // thread may; they all write the same word) and look again.
+                (Some(target), Some(tat)) => complete(target, tat),
+                // Nothing of the key's anywhere: absent.
+                (None, None) => return None,
+                // A target without its sealed source, or a sealed source without its target:
+                // the move went on while we scanned. Look once more.
+                _ if !rescanned => rescanned = true,
+                // Still: a sealed source whose target is gone (a recovered key dropped, or the
+                // moved key evicted since), or a target whose source was evicted (its mover is
+                // abandoning it). The key is absent.
+                _ => return None,
+            }
+        }
     }
 
     /// Starts loading both candidate buckets of `home` (both lines of each) without waiting
@@ -60,25 +119,64 @@ impl Table {
     }
 }
 
-/// Validates slot `i` of `bucket` as bound to `fp`, returning its funnel word: the key, then
-/// the word, then the key again (`docs/DESIGN.md`, "The slot protocol", reader steps 2-4).
-#[inline]
-fn validate(bucket: &Bucket, i: usize, fp: u64) -> Option<u64> {
+impl Home {
+    /// The key's candidate buckets, each once.
+    pub(super) fn buckets(&self) -> impl Iterator<Item = usize> {
+        let second = (self.second != self.first).then_some(self.second);
+        std::iter::once(self.first).chain(second)
+    }
+}
+
+/// Validates slot `slot` of `bucket` as bound to `fp`, returning the word read while it was:
+/// the key, then the word, then the key again (`docs/DESIGN.md`, "The slot protocol", reader
+/// steps 2-4). The word may be any state; the caller checks which.
+#[inline(always)]
+fn validate(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
     // Acquire: if this reads the key store of the binding that bound `fp` here, it pairs with
     // that Release store, which follows the binding's RESERVED CAS: the word load below then
     // sees RESERVED or newer, never the funnel that binding evicted.
-    if bucket.keys[i].load(Ordering::Acquire) != fp {
+    if bucket.keys[slot].load(Ordering::Acquire) != fp {
         return None;
     }
-    // Acquire: pairs with the Release LIVE store that published this word's binding (or the
+    // Acquire: pairs with the Release store that published this word's binding (or the
     // Release CAS of a later update), so the key re-load below sees that binding's key or a
     // newer one.
-    let word = bucket.words[i].load(Ordering::Acquire);
-    if word == state::EMPTY || word & state::TAT_MASK == state::TAT_MASK {
-        return None; // RESERVED: being rebound (EMPTY cannot follow a bound key; kept for clarity)
-    }
+    let word = bucket.words[slot].load(Ordering::Acquire);
     // Acquire: if `word` belongs to a later binding than the key loaded first, this sees that
     // binding's key (or a newer one): a key other than `fp`, unless the slot was rebound to
     // `fp` yet again in between (the double-rebind residual, DESIGN.md).
-    (bucket.keys[i].load(Ordering::Acquire) == fp).then_some(word)
+    (bucket.keys[slot].load(Ordering::Acquire) == fp).then_some(word)
+}
+
+/// What slot `slot` of `bucket` holds for the key `fp`.
+fn examine(bucket: &Bucket, slot: usize, fp: u64) -> Seen<'_> {
+    let Some(word) = validate(bucket, slot, fp) else {
+        return Seen::Nothing;
+    };
+    let found = Found { bucket, slot, word };
+    match state::decode(word) {
+        SlotState::Live { .. } => Seen::Live(found),
+        SlotState::Pending { .. } => Seen::Pending(found),
+        SlotState::Moved { tat } => Seen::Moved(tat),
+        SlotState::Empty | SlotState::Reserved => Seen::Nothing,
+    }
+}
+
+/// Completes a move: the pending target becomes live with the arrival time its source was
+/// sealed with. The mover does the same; whoever comes first wins and the others' CAS fails
+/// on a word that is already live (`docs/DESIGN.md`, "Growing", helping).
+pub(super) fn complete(target: Found<'_>, tat: u64) {
+    let SlotState::Pending { gen } = state::decode(target.word) else {
+        return;
+    };
+    // AcqRel on success: Acquire pairs with the mover's Release PENDING store (so its key
+    // store is visible to us), Release passes the binding on to readers that Acquire the live
+    // word. Relaxed on failure: someone else completed it (or the slot moved on); the caller
+    // looks again.
+    let _ = target.bucket.words[target.slot].compare_exchange(
+        target.word,
+        state::live(gen, tat),
+        Ordering::AcqRel,
+        Ordering::Relaxed,
+    );
 }

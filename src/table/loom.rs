@@ -53,7 +53,7 @@ const ODD: [u64; 4] = [0x11 | HIGH, 0x21 | HIGH, 0x31 | HIGH, 0x41 | HIGH];
 /// reduction is not complete under a preemption bound, so a bug reachable with one preemption
 /// may still need a higher bound to show; the models are small enough for 3 (seconds) or 4
 /// (about a minute).
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+pub(super) fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(3);
@@ -82,7 +82,7 @@ fn thread_name() -> String {
 }
 
 /// A quota of burst capacity `limit` leaking one unit every `t` ns.
-fn quota(limit: u64, t: u64) -> Quota {
+pub(super) fn quota(limit: u64, t: u64) -> Quota {
     Quota::new(limit - 1, 1, Duration::from_nanos(t)).unwrap()
 }
 
@@ -95,7 +95,7 @@ fn table(buckets: usize) -> Arc<Table> {
 
 /// Binds `hash` in a free candidate slot with an arrival time of exactly `tat` (a request
 /// of `tat` units at time 0 on a 1 ns quota). Single-threaded setup.
-fn bind(table: &Table, hash: u64, tat: u64) {
+pub(super) fn bind(table: &Table, hash: u64, tat: u64) {
     let forced = table.stats().forced_evictions;
     let d = table.decide(&table.home(hash), 0, &quota(tat, 1), tat);
     assert_eq!(d.outcome(), Outcome::Allowed, "setup of {hash:#x}");

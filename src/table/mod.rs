@@ -1,28 +1,34 @@
-//! The keyed table: a fixed array of 128-byte buckets of seven slots (`bucket.rs`), every slot
-//! a key fingerprint and a funnel word (`state.rs`). Each key may live in two candidate
-//! buckets; a new key goes to the candidate bucket with more free slots (two-choice placement).
+//! The keyed table: an array of 128-byte buckets of seven slots (`bucket.rs`), every slot a key
+//! fingerprint and a funnel word (`state.rs`). Each key may live in two candidate buckets; a new
+//! key goes to the candidate bucket with more free slots (two-choice placement).
 //!
-//! The slot protocol (EMPTY / LIVE / RESERVED, who moves a slot between them and why two racing
-//! threads cannot both win) is written out in `docs/DESIGN.md`, "The slot protocol"; the
-//! comments here name the step of that argument they implement.
+//! The slot protocol (EMPTY / RESERVED / LIVE, and PENDING / MOVED while a table grows; who moves
+//! a slot between them and why two racing threads cannot both win) is written out in
+//! `docs/DESIGN.md`, "The slot protocol" and "Growing"; the comments here name the step of that
+//! argument they implement.
 //!
 //! * **Finding** a key loads the tag words of both candidate buckets together and matches them
 //!   into one bitmask: no branch per slot, and the two buckets' cache misses overlap.
 //! * **Updating** a key that is present is lock-free: validate the slot, compute, one CAS on
 //!   the funnel word; a denial writes nothing and reads the funnel word once.
-//! * **Creating** a key is serialised per home bucket by a one-byte spin lock (`create.rs`),
-//!   so two creators of one key cannot bind two slots. Updates never take it.
+//! * **Creating** a key is serialised per lock stripe by a one-byte spin lock (`create.rs`), so
+//!   two creators of one key cannot bind two slots. Updates never take it.
 //! * **Evicting** is lazy: a creator reuses an EMPTY slot or one whose funnel has recovered
-//!   (`TAT <= now`), and only when none is left applies [`WhenFull`].
+//!   (`TAT <= now`), and only when none is left applies [`WhenFull`], or grows the table.
+//! * **Growing** (a table built with a maximum capacity) doubles the buckets in use inside one
+//!   allocation reserved at the maximum size, moving the keys whose buckets change while
+//!   updates go on (`grow.rs`).
 //!
-//! Modules, one job each: `bucket.rs` (layout, tags, the SWAR match), `lookup.rs` (finding and
-//! validating a key's slot, prefetching), `update.rs` (deciding and updating a present key,
-//! falling back to creation), `create.rs` (the creation lock, victim choice, [`WhenFull`]),
-//! `stats.rs` (striped counters, [`Stats`]), `invariants.rs` (the checker tests and fuzzing
-//! run), `prefetch.rs` (the one `unsafe`), and `loom.rs` (the slot protocol's loom models).
+//! Modules, one job each: `bucket.rs` (layout, tags, the SWAR match, the zeroed allocation),
+//! `lookup.rs` (finding and validating a key's slot, prefetching), `update.rs` (deciding and
+//! updating a present key, falling back to creation), `create.rs` (the creation lock, victim
+//! choice, [`WhenFull`]), `grow.rs` (levels, the move of a key, migration), `stats.rs` (striped
+//! counters, [`Stats`]), `invariants.rs` (the checker tests and fuzzing run), `prefetch.rs` (the
+//! prefetch hint), and `loom.rs` (the slot protocol's loom models).
 
 mod bucket;
 mod create;
+mod grow;
 mod invariants;
 mod lookup;
 mod prefetch;
@@ -33,10 +39,12 @@ mod update;
 mod loom;
 
 use crate::error::Error;
+use crate::sync::AtomicBool;
 
 pub(crate) use bucket::SLOTS_PER_BUCKET;
-use bucket::{tag_of, Bucket};
+use bucket::{empty_buckets, tag_of, Bucket};
 pub use create::WhenFull;
+use grow::Growth;
 pub use stats::Stats;
 use stats::{StatShard, STAT_SHARDS};
 pub(crate) use update::Updated;
@@ -51,83 +59,112 @@ pub(crate) struct Home {
     fp: u64,
     /// Its tag (`bucket.rs`).
     tag: u64,
-    /// Home bucket; also the index of the key's creation lock.
+    /// First candidate bucket.
     first: usize,
-    /// Second candidate bucket (equal to `first` in a one-bucket table).
+    /// Second candidate bucket (may equal `first`; the key then has seven candidate slots).
     second: usize,
 }
 
 pub(crate) struct Table {
     buckets: Box<[Bucket]>,
-    /// `buckets.len()`, as the multiplier of the bucket reduction.
-    len: u64,
+    shape: Shape,
     stats: [StatShard; STAT_SHARDS],
-    /// What a new key does when its candidate buckets are full of funnels in debt.
+    /// What a new key does when its candidate buckets are full of funnels in debt (and the table
+    /// cannot grow).
     when_full: WhenFull,
 }
 
+/// How keys map to buckets.
+enum Shape {
+    /// A fixed number of buckets, any number: a key's buckets come from its fingerprint by a
+    /// multiply (Lemire's reduction), so the table is as large as asked for, to the bucket.
+    Fixed {
+        /// The number of buckets.
+        len: u64,
+    },
+    /// A power of two of buckets in use, doubling up to the whole allocation (`grow.rs`).
+    Grows(Growth),
+}
+
 impl Table {
-    /// A table with room for at least `capacity` keys (rounded up to a whole bucket), whose
-    /// new keys follow `when_full` once their candidate buckets are full.
+    /// A fixed table with room for at least `capacity` keys (rounded up to a whole bucket),
+    /// whose new keys follow `when_full` once their candidate buckets are full.
     pub(crate) fn with_capacity(capacity: usize, when_full: WhenFull) -> Result<Table, Error> {
-        if capacity == 0 {
-            return Err(Error::ZeroCapacity);
-        }
-        if capacity > MAX_CAPACITY {
-            return Err(Error::CapacityTooLarge {
-                requested: capacity,
-                max: MAX_CAPACITY,
-            });
-        }
+        check_capacity(capacity)?;
         // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
         // is as large as asked for (to the next whole bucket), not the next power of two.
         let buckets = capacity.div_ceil(SLOTS_PER_BUCKET);
-        let oom = Error::OutOfMemory {
-            bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>()),
-        };
-        let mut table: Vec<Bucket> = Vec::new();
-        table.try_reserve_exact(buckets).map_err(|_| oom)?;
-        table.extend((0..buckets).map(|_| Bucket::new()));
         Ok(Table {
-            buckets: table.into_boxed_slice(),
-            len: buckets as u64,
+            buckets: allocate(buckets)?,
+            shape: Shape::Fixed {
+                len: buckets as u64,
+            },
             stats: Default::default(),
             when_full,
         })
     }
 
-    /// Slots in the table.
+    /// A table that starts with room for `initial` keys and doubles, while new keys find their
+    /// candidate buckets full of funnels in debt, up to room for `max` keys; both round up to a
+    /// power of two of buckets. The whole maximum is allocated at once but only the part in
+    /// use is ever touched, so only that part is resident (`bucket::empty_buckets`).
+    pub(crate) fn growable(
+        initial: usize,
+        max: usize,
+        when_full: WhenFull,
+    ) -> Result<Table, Error> {
+        check_capacity(initial)?;
+        check_capacity(max)?;
+        if max < initial {
+            return Err(Error::MaxCapacityBelowCapacity {
+                capacity: initial,
+                max_capacity: max,
+            });
+        }
+        let level = |keys: usize| keys.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().ilog2();
+        let (min, max) = (level(initial), level(max));
+        Ok(Table {
+            buckets: allocate(1 << max)?,
+            shape: Shape::Grows(Growth::new(min, max)),
+            stats: Default::default(),
+            when_full,
+        })
+    }
+
+    /// Buckets in use: all of them for a fixed table, `2^level` for a growable one (both
+    /// halves while it moves keys into the upper one).
+    pub(crate) fn buckets_in_use(&self) -> usize {
+        match &self.shape {
+            Shape::Fixed { .. } => self.buckets.len(),
+            Shape::Grows(g) => g.buckets_in_use(),
+        }
+    }
+
+    /// Slots in use.
     pub(crate) fn capacity(&self) -> usize {
+        self.buckets_in_use() * SLOTS_PER_BUCKET
+    }
+
+    /// The most slots the table can ever have.
+    pub(crate) fn max_capacity(&self) -> usize {
         self.buckets.len() * SLOTS_PER_BUCKET
     }
 
-    /// Bytes the table occupies (buckets, with their locks, and counters).
+    /// Bytes of the buckets in use, with their locks, and the counters: the table's resident
+    /// memory once every bucket in use has been touched.
     pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.buckets) + std::mem::size_of_val(&self.stats)
+        self.buckets_in_use() * std::mem::size_of::<Bucket>() + std::mem::size_of_val(&self.stats)
     }
 
-    /// Where the key with this 64-bit hash lives.
-    #[inline]
+    /// Where the key with this 64-bit hash lives now.
+    #[inline(always)]
     pub(crate) fn home(&self, hash: u64) -> Home {
-        let fp = if hash == 0 { 1 } else { hash };
-        // Buckets come from `fp`, not `hash`: keys of one fingerprint are one key, and must
-        // share one home bucket and so one creation lock (hashes 0 and 1 would not).
-        //
-        // `reduce(x)` maps a 64-bit value onto the buckets by its top bits (a multiply and a
-        // shift, Lemire's reduction). The home bucket takes the fingerprint's top bits, the
-        // second bucket its middle bits (bits 8-31 for tables under 16 M buckets), the tag its
-        // low byte: three independent choices. The second differs from the first whenever the
-        // table has two buckets or more.
-        let reduce = |x: u64| ((u128::from(x) * u128::from(self.len)) >> 64) as usize;
-        let first = reduce(fp);
-        let mut second = reduce(fp.rotate_left(32));
-        if second == first {
-            second = if first + 1 == self.buckets.len() {
-                0
-            } else {
-                first + 1
-            };
-        }
+        // Fingerprints 0 to 3 are not keys (no key, and the tombstones of `grow.rs`).
+        let fp = hash.max(grow::FIRST_FP);
+        let (first, second) = match &self.shape {
+            Shape::Fixed { len } => fixed_candidates(fp, *len),
+            Shape::Grows(g) => grow::candidates(fp, g.mask_in_use()),
+        };
         Home {
             fp,
             tag: tag_of(fp),
@@ -135,4 +172,62 @@ impl Table {
             second,
         }
     }
+
+    /// The creation lock of the key `fp`: every creator of the key, and every move of it while
+    /// the table grows, takes this one lock. In a fixed table it is the lock of the key's first
+    /// bucket; in a growable one, of its first bucket at the initial size, which is the same
+    /// at every size.
+    fn stripe(&self, fp: u64) -> &AtomicBool {
+        let bucket = match &self.shape {
+            Shape::Fixed { len } => fixed_candidates(fp, *len).0,
+            Shape::Grows(g) => g.stripe(fp),
+        };
+        &self.buckets[bucket].lock
+    }
+}
+
+/// A fixed table's candidate buckets of `fp` among `len`: the fingerprint's top bits choose
+/// the first, its middle bits (the fingerprint rotated by 32) the second, its low byte the tag
+/// (`tag_of`): three independent choices. `reduce(x)` is Lemire's multiply-and-shift.
+#[inline(always)]
+fn fixed_candidates(fp: u64, len: u64) -> (usize, usize) {
+    let reduce = |x: u64| ((u128::from(x) * u128::from(len)) >> 64) as usize;
+    let first = reduce(fp);
+    (
+        first,
+        distinct(first, reduce(fp.rotate_left(32)), len as usize),
+    )
+}
+
+/// `second`, or when it coincides with `first` the bucket after it, so a key in a table of two
+/// buckets or more always has two (a rare, well-predicted branch in a large table; in a small
+/// one it doubles the slots a key may use).
+#[inline(always)]
+fn distinct(first: usize, second: usize, len: usize) -> usize {
+    if second != first {
+        second
+    } else if first + 1 == len {
+        0
+    } else {
+        first + 1
+    }
+}
+
+fn check_capacity(capacity: usize) -> Result<(), Error> {
+    if capacity == 0 {
+        return Err(Error::ZeroCapacity);
+    }
+    if capacity > MAX_CAPACITY {
+        return Err(Error::CapacityTooLarge {
+            requested: capacity,
+            max: MAX_CAPACITY,
+        });
+    }
+    Ok(())
+}
+
+fn allocate(buckets: usize) -> Result<Box<[Bucket]>, Error> {
+    empty_buckets(buckets).ok_or(Error::OutOfMemory {
+        bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>()),
+    })
 }

@@ -1,9 +1,9 @@
-//! The table's counters: keys held, evictions, turned-away and untracked keys, striped over
-//! cache lines so creators on different buckets do not share one.
+//! The table's counters: keys held, evictions, turned-away and untracked keys, growths and
+//! moves, striped over cache lines so creators of different keys do not share one.
 
 use std::sync::atomic::AtomicU64 as StatCounter;
 
-use super::{Home, Table};
+use super::Table;
 use crate::sync::Ordering;
 
 /// Counters of a keyed limiter, summed over its shards (each read is a snapshot; concurrent
@@ -36,26 +36,38 @@ pub struct Stats {
     pub turned_away: u64,
     /// New keys let through untracked because the table was full ([`WhenFull::Allow`]).
     pub admitted_untracked: u64,
+    /// Times a growable table doubled (0 for a fixed table).
+    pub growths: u64,
+    /// Keys moved to their bucket of a larger size while the table grew.
+    pub moved_keys: u64,
+    /// Keys whose funnel had recovered when the table grew: dropped instead of moved, as an
+    /// absent key is the same as a recovered one.
+    pub dropped_keys: u64,
 }
 
 /// Statistics, striped over cache lines so creators on different buckets do not share one.
 #[repr(align(64))]
 #[derive(Default)]
 pub(super) struct StatShard {
-    pub(super) keys: StatCounter,
+    /// Slots that started holding a key (from EMPTY, or dead after a move).
+    pub(super) bound: StatCounter,
+    /// Slots that stopped holding a key (a move's source, an abandoned move's target).
+    pub(super) vacated: StatCounter,
     pub(super) recovered: StatCounter,
     pub(super) forced: StatCounter,
     pub(super) turned_away: StatCounter,
     pub(super) untracked: StatCounter,
+    pub(super) moved: StatCounter,
+    pub(super) dropped: StatCounter,
 }
 
-/// Stripes of counters; a bucket's creator counts in stripe `home bucket % STAT_SHARDS`.
+/// Stripes of counters; a creator of key `fp` counts in stripe `(fp >> 8) % STAT_SHARDS`.
 pub(super) const STAT_SHARDS: usize = 16;
 
 impl Table {
-    /// The stripe a creator for `home` counts in.
-    pub(super) fn shard(&self, home: &Home) -> &StatShard {
-        &self.stats[home.first % STAT_SHARDS]
+    /// The stripe a creator (or mover) of the key `fp` counts in.
+    pub(super) fn shard(&self, fp: u64) -> &StatShard {
+        &self.stats[(fp >> 8) as usize % STAT_SHARDS]
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -66,12 +78,17 @@ impl Table {
                 .map(|s| f(s).load(Ordering::Relaxed))
                 .sum()
         };
+        // Vacated never outruns bound in one snapshot by more than the moves in flight.
+        let held = sum(|s| &s.bound).saturating_sub(sum(|s| &s.vacated));
         Stats {
-            keys: usize::try_from(sum(|s| &s.keys)).unwrap_or(usize::MAX),
+            keys: usize::try_from(held).unwrap_or(usize::MAX),
             recovered_evictions: sum(|s| &s.recovered),
             forced_evictions: sum(|s| &s.forced),
             turned_away: sum(|s| &s.turned_away),
             admitted_untracked: sum(|s| &s.untracked),
+            growths: self.growths(),
+            moved_keys: sum(|s| &s.moved),
+            dropped_keys: sum(|s| &s.dropped),
         }
     }
 }

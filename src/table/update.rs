@@ -8,7 +8,7 @@ use super::{Home, Table};
 use crate::decision::Decision;
 use crate::gcra;
 use crate::quota::Quota;
-use crate::state::{self, SlotState};
+use crate::state;
 use crate::sync::Ordering;
 
 /// How a [`Table::update`] ended.
@@ -19,58 +19,44 @@ pub(crate) enum Updated {
     /// The key's arrival time went from the first value (`0` for an absent key) to the second.
     Written(u64, u64),
     /// The key was absent, `f` wanted to create it, and the table was full
-    /// ([`WhenFull::Deny`] or [`WhenFull::Allow`]): nothing was stored.
+    /// ([`WhenFull::Deny`](crate::WhenFull::Deny) or [`WhenFull::Allow`](crate::WhenFull::Allow)):
+    /// nothing was stored.
     Full,
-}
-
-/// Where the slow path of [`Table::decide`] starts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Lookup {
-    /// The key was just looked up and is absent: go straight to creation.
-    Absent,
-    /// The key's slot was rebound under us: look it up again.
-    Again,
 }
 
 impl Table {
     /// Decides a request of `n` units at `now` for the key at `home`, creating its funnel if
     /// the request is allowed and the key is absent.
-    #[inline]
+    ///
+    /// The hot path (the key is present at the level in use) is inlined into the caller:
+    /// hash, tag match, validation, the arithmetic and at most one CAS. Everything else is out
+    /// of line in [`decide_slow`](Self::decide_slow), which takes only the fingerprint, so the
+    /// hot path keeps its state in registers.
+    #[inline(always)]
     pub(crate) fn decide(&self, home: &Home, now: u64, quota: &Quota, n: u64) -> Decision {
-        // The hot path (the key is present) stays small enough to inline; everything else is
-        // out of line.
-        let start = match self.find(home) {
-            Some(found) => match charge(found, home.fp, now, quota, n) {
-                Some(decision) => return decision,
-                None => Lookup::Again, // rebound under us; the key may be elsewhere now
-            },
-            None => Lookup::Absent,
-        };
-        self.decide_slow(home, now, quota, n, start)
+        if let Some(found) = self.find(home) {
+            if let Some(decision) = charge(found, home.fp, now, quota, n) {
+                return decision;
+            }
+        }
+        self.decide_slow(home.fp, now, quota, n)
     }
 
-    /// [`decide`](Self::decide) when the key was just found absent, or its slot was rebound
-    /// under us (`start` says which).
+    /// [`decide`](Self::decide) when the key was not found where the hot path looks, or its
+    /// slot was rebound or sealed under us.
     #[cold]
     #[inline(never)]
-    fn decide_slow(
-        &self,
-        home: &Home,
-        now: u64,
-        quota: &Quota,
-        n: u64,
-        mut start: Lookup,
-    ) -> Decision {
+    fn decide_slow(&self, fp: u64, now: u64, quota: &Quota, n: u64) -> Decision {
         loop {
-            let found = match start {
-                Lookup::Absent => None,
-                Lookup::Again => self.find(home),
-            };
-            start = Lookup::Again;
-            if let Some(found) = found {
-                match charge(found, home.fp, now, quota, n) {
-                    Some(decision) => return decision,
-                    None => continue, // the slot was rebound under us: look again
+            if let Some(found) = self.locate(fp) {
+                match charge(found, fp, now, quota, n) {
+                    Some(decision) => {
+                        // While the table grows, a key not moved yet moves now if it can
+                        // without waiting, so its next request is a hit.
+                        self.nudge(fp, now);
+                        return decision;
+                    }
+                    None => continue, // rebound or sealed under us: look again
                 }
             }
             // Absent is the same as a fresh funnel (TAT = now).
@@ -78,7 +64,10 @@ impl Table {
             let Some(new_tat) = write else {
                 return decision; // denied or a peek: an absent key stays absent
             };
-            match self.create(home, now, new_tat) {
+            // While the table grows, every creation moves a chunk of keys (it takes locks
+            // anyway; a request for a key that is present never does, so it never waits).
+            self.help_migrate(now);
+            match self.create(fp, now, new_tat) {
                 Created::Bound => return decision,
                 Created::Exists => continue,
                 Created::TurnedAway(retry) => return Decision::turned_away(quota, retry),
@@ -90,36 +79,40 @@ impl Table {
     /// Applies `f` to the key's arrival time (`0` when the key is absent, which is the same as
     /// a fresh funnel) and stores what it returns, retrying with the new value when a
     /// concurrent update moves the word first. `None` writes nothing; `Some` on an absent key
-    /// creates it, subject to the table's [`WhenFull`](crate::WhenFull). The building block of every operation other than a
-    /// plain decision (refunds, raising a key to a known arrival time); `f` may run several
-    /// times and must be a pure function of its argument. Values above `MAX_TAT` are clamped.
+    /// creates it, subject to the table's [`WhenFull`](crate::WhenFull). The building block of
+    /// every operation other than a plain decision (refunds, raising a key to a known arrival
+    /// time); `f` may run several times and must be a pure function of its argument. Values
+    /// above `MAX_TAT` are clamped.
     pub(crate) fn update(
         &self,
         home: &Home,
         now: u64,
         mut f: impl FnMut(u64) -> Option<u64>,
     ) -> Updated {
+        let fp = home.fp;
         'lookup: loop {
             let Some(Found {
                 bucket,
                 slot: i,
                 mut word,
-            }) = self.find(home)
+            }) = self.locate(fp)
             else {
                 let Some(new_tat) = f(0) else {
                     return Updated::Unchanged(0);
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
-                match self.create(home, now, new_tat) {
+                self.help_migrate(now);
+                match self.create(fp, now, new_tat) {
                     Created::Bound => return Updated::Written(0, new_tat),
                     Created::Exists => continue 'lookup,
                     Created::TurnedAway(_) | Created::Untracked => return Updated::Full,
                 }
             };
             loop {
-                let SlotState::Live { gen, tat } = state::decode(word) else {
-                    continue 'lookup;
-                };
+                if !state::is_live(word) {
+                    continue 'lookup; // sealed by a move, or being rebound
+                }
+                let tat = state::tat_of(word);
                 let Some(new_tat) = f(tat) else {
                     return Updated::Unchanged(tat);
                 };
@@ -127,14 +120,14 @@ impl Table {
                 // Release on success / Acquire on failure: as in `charge`.
                 match bucket.words[i].compare_exchange_weak(
                     word,
-                    state::live(gen, new_tat),
+                    state::with_tat(word, new_tat),
                     Ordering::Release,
                     Ordering::Acquire,
                 ) {
                     Ok(_) => return Updated::Written(tat, new_tat),
                     Err(current) => {
                         // Acquire: as in `charge`; a rebind sends us back to the lookup.
-                        if bucket.keys[i].load(Ordering::Acquire) != home.fp {
+                        if bucket.keys[i].load(Ordering::Acquire) != fp {
                             continue 'lookup;
                         }
                         word = current;
@@ -151,7 +144,7 @@ impl Table {
                 bucket,
                 slot: i,
                 word,
-            }) = self.find(home)
+            }) = self.locate(home.fp)
             else {
                 return false;
             };
@@ -159,7 +152,7 @@ impl Table {
             // CAS on the TAT alone, and if the TAT climbs back to the very same value the word is
             // this key's true state again, so a late CAS from it is right. Keeping the generation
             // means resets never help another binding's word come back (docs/DESIGN.md, ABA).
-            let fresh = state::live(state::gen_of(word), 0);
+            let fresh = state::with_tat(word, 0);
             // Release on success: as an update; Relaxed on failure: we look the key up again.
             if bucket.words[i]
                 .compare_exchange(word, fresh, Ordering::Release, Ordering::Relaxed)
@@ -171,10 +164,10 @@ impl Table {
     }
 }
 
-/// Charges a request to the slot `found` for the key `fp`, starting from its validated word.
-/// `None` when the slot was rebound to another key meanwhile (the caller looks the key up
-/// again).
-#[inline]
+/// Charges a request to the slot `found` for the key `fp`, starting from its validated live
+/// word. `None` when the slot was rebound to another key or sealed by a move meanwhile (the
+/// caller looks the key up again).
+#[inline(always)]
 fn charge(found: Found<'_>, fp: u64, now: u64, quota: &Quota, n: u64) -> Option<Decision> {
     let Found {
         bucket,
@@ -182,10 +175,7 @@ fn charge(found: Found<'_>, fp: u64, now: u64, quota: &Quota, n: u64) -> Option<
         mut word,
     } = found;
     loop {
-        let SlotState::Live { gen, tat } = state::decode(word) else {
-            return None;
-        };
-        let (decision, write) = gcra::decide(tat, now, quota, n);
+        let (decision, write) = gcra::decide(state::tat_of(word), now, quota, n);
         let Some(new_tat) = write else {
             // A denial or a peek writes nothing, and needs no second read: `word` was this
             // key's funnel when it was loaded (DESIGN.md, "A denial reads one word").
@@ -196,15 +186,15 @@ fn charge(found: Found<'_>, fp: u64, now: u64, quota: &Quota, n: u64) -> Option<
         // `validate`, for the key re-check below.
         match bucket.words[i].compare_exchange_weak(
             word,
-            state::live(gen, new_tat),
+            state::with_tat(word, new_tat),
             Ordering::Release,
             Ordering::Acquire,
         ) {
             Ok(_) => return Some(decision),
             Err(current) => {
-                // The word moved: a concurrent update of our key (retry with it) or a rebind
-                // (give up). Acquire: as the key re-load in `validate`.
-                if bucket.keys[i].load(Ordering::Acquire) != fp {
+                // The word moved: a concurrent update of our key (retry with it), a rebind or a
+                // seal (give up). Acquire: as the key re-load in `validate`.
+                if !state::is_live(current) || bucket.keys[i].load(Ordering::Acquire) != fp {
                     return None;
                 }
                 word = current;

@@ -1,0 +1,188 @@
+//! Loom models of growth (`docs/DESIGN.md`, "Growing"), on a table that grows from two buckets
+//! to four (buckets hold 4 slots under loom), with fingerprints chosen so that the key must
+//! leave its bucket: its candidates are buckets 0 and 1 at two buckets, 2 and 3 at four. Run
+//! with the other loom models (`.ci/loom.sh`).
+//!
+//! * an update racing the move of its key is charged exactly once, wherever the key ends;
+//! * a denial racing the move never decides on anything but the key's own debt, and a reader
+//!   never needs the mover to finish (it completes a half-done move itself);
+//! * a reader finishes without the mover: with the mover stalled after sealing the source,
+//!   still holding the key's lock, a request for the key completes the move and is charged;
+//! * a key created while a growth starts is placed where the migration sees it (the barrier).
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::super::create::lock;
+use super::super::loom::{bind, model, quota};
+use super::super::{Home, Table, WhenFull, SLOTS_PER_BUCKET};
+use super::{candidates, live_word, Mode};
+use crate::decision::Outcome;
+use crate::state;
+use crate::sync::{AtomicBool, Ordering};
+
+/// A fingerprint whose candidate buckets at four buckets are `first` and `second` (bits 8-9 and
+/// 36-37), so `first & 1` and `second & 1` at two, with tag `tag`.
+const fn fp(first: u64, second: u64, tag: u64) -> u64 {
+    (first << 8) | (second << 36) | tag
+}
+
+/// Candidates {0, 1} at two buckets, {2, 3} at four: it must move.
+const K: u64 = fp(2, 3, 0xA1);
+/// Candidates {1, 0} at two buckets, {3, 2} at four: created while the table starts growing,
+/// under the other creation lock than K's (the lock of its first bucket at two buckets), so
+/// nothing but the growth's barrier orders it with the migration.
+const J: u64 = fp(3, 2, 0xB2);
+
+/// A growable table of two buckets that may grow to four.
+fn growable() -> Arc<Table> {
+    let table =
+        Table::growable(2 * SLOTS_PER_BUCKET, 4 * SLOTS_PER_BUCKET, WhenFull::Evict).unwrap();
+    assert_eq!(table.capacity(), 2 * SLOTS_PER_BUCKET);
+    Arc::new(table)
+}
+
+/// The arrival time of the key's funnel, wherever the table holds it.
+fn tat_of(table: &Table, fp: u64) -> Option<u64> {
+    table.locate(fp).map(|found| state::tat_of(found.word))
+}
+
+/// Splits what is left of the migration, then checks it settled at four buckets.
+fn finish(table: &Table, now: u64) {
+    while table.help_migrate(now) {}
+    assert_eq!(table.buckets_in_use(), 4, "the migration did not settle");
+    assert!(
+        table.homes(K).1.is_none(),
+        "the table still looks migrating"
+    );
+}
+
+#[test]
+fn an_update_racing_the_move_of_its_key_is_charged_exactly_once() {
+    model(|| {
+        let table = growable();
+        bind(&table, K, 10);
+        assert!(table.start_growth());
+        let q = quota(4, 10);
+        let updater = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(K), 5, &q, 1))
+        };
+        // This thread is the mover: it splits the old buckets, moving K out of its one.
+        while table.help_migrate(5) {}
+        let d = updater.join().unwrap();
+        assert_eq!(d.outcome(), Outcome::Allowed);
+        finish(&table, 5);
+        // K's funnel holds its arrival time 10 plus the one charge of 10, wherever it went.
+        assert_eq!(
+            tat_of(&table, K),
+            Some(20),
+            "the charge was lost or doubled"
+        );
+        let stats = table.stats();
+        assert_eq!((stats.moved_keys, stats.keys), (1, 1), "{stats:?}");
+        table.check_invariants().unwrap();
+    });
+}
+
+#[test]
+fn a_denial_racing_the_move_of_its_key_is_decided_on_its_own_debt() {
+    model(|| {
+        let table = growable();
+        bind(&table, K, 100); // at now 5, limit 4 and T 10: every request is refused
+        assert!(table.start_growth());
+        let q = quota(4, 10);
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(K), 5, &q, 1))
+        };
+        while table.help_migrate(5) {}
+        let d = reader.join().unwrap();
+        // Refused, with the retry its debt says: 100 + 10 - 40 - 5.
+        assert_eq!(d.outcome(), Outcome::Limited, "{d:?}");
+        assert_eq!(d.retry_after(), Some(std::time::Duration::from_nanos(65)));
+        finish(&table, 5);
+        assert_eq!(tat_of(&table, K), Some(100));
+        table.check_invariants().unwrap();
+    });
+}
+
+#[test]
+fn a_key_created_while_a_growth_starts_is_found_after_the_migration() {
+    model(|| {
+        let table = growable();
+        bind(&table, K, 100);
+        let q = quota(4, 10);
+        let creator = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(J), 5, &q, 1))
+        };
+        // This thread starts the growth and splits: J is placed by the old level before the
+        // barrier (and then moved) or by the new one after it, never by the old one behind the
+        // migration's back.
+        assert!(table.start_growth());
+        while table.help_migrate(5) {}
+        assert_eq!(creator.join().unwrap().outcome(), Outcome::Allowed);
+        finish(&table, 5);
+        assert_eq!(tat_of(&table, J), Some(15), "J was lost");
+        assert_eq!(tat_of(&table, K), Some(100), "K was lost");
+        table.check_invariants().unwrap();
+    });
+}
+
+#[test]
+fn a_reader_finishes_a_move_its_stalled_mover_left_half_done() {
+    model(|| {
+        let table = growable();
+        bind(&table, K, 10);
+        assert!(table.start_growth());
+        let done = Arc::new(AtomicBool::new(false));
+        let mover = {
+            let (table, done) = (table.clone(), done.clone());
+            thread::spawn(move || {
+                // The first half of `relocate`, then a stall: the key's lock stays held until
+                // the reader is done, so a reader that needed it would never finish.
+                let _lock = lock(table.stripe(K));
+                // The reader's own slow path helps the migration and may have moved K already.
+                let source = &table.buckets[0];
+                let slot = (0..SLOTS_PER_BUCKET).find(|&i| live_word(source, i, K).is_some());
+                if let Some(slot) = slot {
+                    let (first, second) = candidates(K, 3);
+                    let to = Home {
+                        fp: K,
+                        tag: K & 0xFF,
+                        first,
+                        second,
+                    };
+                    let _target = table.pending_target(&to, 5, Mode::Cuckoo);
+                    // Seal (retrying over the reader's updates), and stall before completing.
+                    while let Some(word) = live_word(source, slot, K) {
+                        let sealed = source.words[slot].compare_exchange(
+                            word,
+                            state::moved(state::tat_of(word)),
+                            Ordering::Release,
+                            Ordering::Relaxed,
+                        );
+                        if sealed.is_ok() {
+                            break;
+                        }
+                    }
+                }
+                // Acquire: pairs with the reader's Release below; only a stop signal.
+                while !done.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+            })
+        };
+        let d = table.decide(&table.home(K), 5, &quota(4, 10), 1);
+        // Release: the stop signal for the mover.
+        done.store(true, Ordering::Release);
+        mover.join().unwrap();
+        assert_eq!(d.outcome(), Outcome::Allowed);
+        assert_eq!(
+            tat_of(&table, K),
+            Some(20),
+            "the charge was lost or doubled"
+        );
+    });
+}

@@ -1,0 +1,551 @@
+//! Growing a table. A growable table reserves its largest size in one zeroed allocation
+//! (`bucket::empty_buckets`: only what is touched becomes resident) and uses the first
+//! `2^level` buckets. A key's buckets come from fingerprint bits above the tag (bits 8.. and,
+//! rotated, 36..), masked to the level, so doubling turns bucket `b` into `b` and `b + 2^level`:
+//! a key either keeps its bucket or belongs in a bucket of the new, upper half. No array is ever
+//! replaced, so nothing is reclaimed and readers pin nothing.
+//!
+//! A growth (`docs/DESIGN.md`, "Growing"):
+//!
+//! 1. A creator whose key finds no free slot starts it (one grower at a time): it publishes the
+//!    new level as *migrating* (readers and creators use the new level from then on, readers
+//!    also look at the old one), then takes and drops every creation lock in turn, a barrier
+//!    after which no creator still places keys by the old level.
+//! 2. The old level's buckets are then split, a chunk at a time, by every request that takes
+//!    the slow path (new keys, keys not moved yet): each live key whose bucket is not one of its
+//!    candidates at the new level is moved there.
+//! 3. The helper that splits the last chunk publishes the new level as settled.
+//!
+//! Moving a key, under its creation lock, without ever blocking its updaters: reserve a target
+//! slot and bind it PENDING (key and tag set, no funnel of its own), then seal the source with a
+//! CAS from its live word to `MOVED(tat)` (an update that lands first makes the CAS fail; read
+//! again and retry), then complete the target to `LIVE(tat)`, then replace the source's key
+//! with a tombstone carrying its generation, which frees the slot. A reader that finds the
+//! target pending and the source sealed completes the target itself (`lookup::complete`); all
+//! who do write the same word.
+
+#[cfg(all(test, funnel_loom))]
+mod loom;
+
+use super::bucket::{tag_of, SLOTS_PER_BUCKET};
+use super::create::{lock, try_lock, BindAs, Placement};
+use super::lookup::{complete, Found};
+use super::{Home, Shape, Table};
+use crate::state::{self, SlotState};
+use crate::sync::{spin, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Fingerprints start here: key words 1 to 3 are tombstones, 0 is no key.
+pub(super) const FIRST_FP: u64 = 4;
+/// A growable table's first bucket index starts at this fingerprint bit (bits 0-7 are the tag).
+const FIRST_SHIFT: u32 = 8;
+/// ... and its second at this one (the fingerprint rotated), so the two are independent up to
+/// 2^28 buckets.
+const SECOND_ROTATE: u32 = 36;
+/// The most creation stripes, whatever the initial size: 4,096 locks (a growth's barrier takes
+/// each once).
+const MAX_STRIPE_LEVEL: u32 = 12;
+/// Buckets of the old level a helper splits per slow-path request.
+#[cfg(not(funnel_loom))]
+const CHUNK: u64 = 8;
+#[cfg(funnel_loom)]
+const CHUNK: u64 = 1;
+/// `next` holds the new level above this many bits, the next bucket to claim below.
+const INDEX_BITS: u32 = 48;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+/// An index no table reaches: the migration's chunks may not be claimed yet.
+const NOT_READY: u64 = 1 << 47;
+
+/// The state of a growable table.
+pub(super) struct Growth {
+    /// `(mask << 1) | migrating`: `mask` is `2^level - 1` for the level in use (while
+    /// migrating, the new level's), `migrating` whether keys are still being moved into it.
+    state: AtomicU64,
+    /// The initial level.
+    min: u32,
+    /// The largest level.
+    max: u32,
+    /// `(new level << INDEX_BITS) | next old bucket to split`, claimed a chunk at a time;
+    /// `NOT_READY` until the growth's barrier has passed.
+    next: AtomicU64,
+    /// Old buckets split in this migration.
+    done: AtomicUsize,
+    /// Held by the one thread starting a growth.
+    growing: AtomicBool,
+    /// Growths started, for [`Stats`](crate::Stats).
+    growths: AtomicU64,
+}
+
+impl Growth {
+    pub(super) fn new(min: u32, max: u32) -> Growth {
+        Growth {
+            state: AtomicU64::new(((1 << min) - 1) << 1),
+            min,
+            max,
+            next: AtomicU64::new(NOT_READY),
+            done: AtomicUsize::new(0),
+            growing: AtomicBool::new(false),
+            growths: AtomicU64::new(0),
+        }
+    }
+
+    /// The bucket mask of the level in use.
+    #[inline(always)]
+    pub(super) fn mask_in_use(&self) -> u64 {
+        // Acquire: pairs with the Release stores that publish a level (`start_growth`,
+        // `help_migrate`). The hot path needs no more than a mask (a stale one only makes it
+        // miss and take the slow path, which reads the state again); creators read it under
+        // their lock, which the barrier argument needs.
+        self.state.load(Ordering::Acquire) >> 1
+    }
+
+    pub(super) fn buckets_in_use(&self) -> usize {
+        (self.mask_in_use() + 1) as usize
+    }
+
+    /// The bucket whose lock is `fp`'s creation lock: its first bucket at the initial level,
+    /// or at level 12 if that is lower: the same at every level.
+    pub(super) fn stripe(&self, fp: u64) -> usize {
+        let stripes = (1u64 << self.min.min(MAX_STRIPE_LEVEL)) - 1;
+        ((fp >> FIRST_SHIFT) & stripes) as usize
+    }
+
+    /// Growths started so far.
+    pub(super) fn growths(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.growths.load(Ordering::Relaxed)
+    }
+}
+
+/// A growable table's candidate buckets of `fp` under `mask`.
+#[inline(always)]
+pub(super) fn candidates(fp: u64, mask: u64) -> (usize, usize) {
+    let first = ((fp >> FIRST_SHIFT) & mask) as usize;
+    let second = (fp.rotate_right(SECOND_ROTATE) & mask) as usize;
+    (first, super::distinct(first, second, mask as usize + 1))
+}
+
+/// The key word that replaces a moved key: its binding's generation, 1 to 3.
+fn tombstone(gen: u64) -> u64 {
+    debug_assert!((1..=3).contains(&gen));
+    gen
+}
+
+/// The generation a tombstone key word carries, or `None` for a real key (a move in progress).
+pub(super) fn tombstone_gen(key: u64) -> Option<u64> {
+    (1..FIRST_FP).contains(&key).then_some(key)
+}
+
+impl Table {
+    fn growth(&self) -> Option<&Growth> {
+        match &self.shape {
+            Shape::Fixed { .. } => None,
+            Shape::Grows(g) => Some(g),
+        }
+    }
+
+    /// Growths started so far (0 for a fixed table).
+    pub(crate) fn growths(&self) -> u64 {
+        self.growth().map_or(0, Growth::growths)
+    }
+
+    /// The key's candidates at the level in use and, while the table grows, at the level it
+    /// grows from (where a key not moved yet still is).
+    pub(super) fn homes(&self, fp: u64) -> (Home, Option<Home>) {
+        let Some(g) = self.growth() else {
+            return (self.home(fp), None);
+        };
+        // Acquire: as in `mask_in_use`.
+        let s = g.state.load(Ordering::Acquire);
+        let at = |mask: u64| {
+            let (first, second) = candidates(fp, mask);
+            Home {
+                fp,
+                tag: tag_of(fp),
+                first,
+                second,
+            }
+        };
+        let mask = s >> 1;
+        (at(mask), (s & 1 == 1).then(|| at(mask >> 1)))
+    }
+
+    /// Whether a full table could still make room by growing: growable, and below its largest
+    /// level or in the middle of a migration.
+    pub(super) fn can_grow(&self) -> bool {
+        self.growth().is_some_and(|g| {
+            // Acquire: as in `mask_in_use`.
+            let s = g.state.load(Ordering::Acquire);
+            s & 1 == 1 || level_of(s >> 1) < g.max
+        })
+    }
+
+    /// For a new key that found its candidates full in a table that can still grow: splits a
+    /// chunk of the migration under way, or starts a growth, or, when another thread is doing
+    /// either and there is nothing to claim, waits a little (`round` counts the waits, for
+    /// backing off). The caller looks again.
+    pub(super) fn make_room(&self, now: u64, round: &mut u32) {
+        if self.help_migrate(now) || self.start_growth() {
+            return;
+        }
+        spin(*round);
+        *round += 1;
+    }
+
+    /// Starts a growth if none is under way and the table is below its largest level: step 1
+    /// of the module doc.
+    pub(super) fn start_growth(&self) -> bool {
+        let Some(g) = self.growth() else {
+            return false;
+        };
+        // Acquire: pairs with the previous grower's Release below.
+        if g.growing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false; // another thread is starting one
+        }
+        // Acquire: pairs with the Release that settled the previous migration, so its moves
+        // are all done before we publish a new one.
+        let s = g.state.load(Ordering::Acquire);
+        let mask = s >> 1;
+        let level = level_of(mask);
+        let start = s & 1 == 0 && level < g.max;
+        if start {
+            // Relaxed: published to helpers by the Release store of `next` below, which they
+            // Acquire before adding to `done`.
+            g.done.store(0, Ordering::Relaxed);
+            g.next.store(
+                (u64::from(level + 1) << INDEX_BITS) | NOT_READY,
+                Ordering::Relaxed,
+            );
+            // Release: pairs with the Acquire loads of the state, so a creator that reads the
+            // new level under its lock places by it; the barrier below makes sure no creator
+            // that read the old one is still placing.
+            g.state
+                .store((((mask << 1) | 1) << 1) | 1, Ordering::Release);
+            for stripe in 0..=g.stripe(u64::MAX) {
+                // Taking each lock once: a creator that read the old level under it has unlocked
+                // (Release), and our Acquire makes its binding visible here, so to every helper
+                // that Acquires `next` after our Release store below.
+                drop(lock(&self.buckets[stripe].lock));
+            }
+            // Release: helpers claim chunks with an Acquire RMW of `next`, and then see every
+            // binding made before the barrier, and `done` reset.
+            g.next
+                .store(u64::from(level + 1) << INDEX_BITS, Ordering::Release);
+            // Relaxed: a statistic.
+            g.growths.fetch_add(1, Ordering::Relaxed);
+        }
+        // Release: pairs with the next grower's Acquire above.
+        g.growing.store(false, Ordering::Release);
+        start
+    }
+
+    /// Splits one chunk of the old level's buckets (step 2), if a migration is under way and
+    /// has chunks left to claim; the helper that finishes the last one settles the new level
+    /// (step 3). True when it split something.
+    pub(super) fn help_migrate(&self, now: u64) -> bool {
+        let Some(g) = self.growth() else {
+            return false;
+        };
+        // Relaxed: a cheap look before the RMW below, which is what claims.
+        let peek = g.next.load(Ordering::Relaxed);
+        if !has_chunk(peek) {
+            return false;
+        }
+        // AcqRel: Acquire pairs with the grower's Release store after its barrier (the bindings
+        // it made visible, and `done` reset); the claim itself only needs to be unique.
+        let claim = g.next.fetch_add(CHUNK, Ordering::AcqRel);
+        if !has_chunk(claim) {
+            return false;
+        }
+        // The claim names its level: a helper that read an older state still splits the
+        // buckets of the migration it claimed from.
+        let level = (claim >> INDEX_BITS) as u32;
+        let old = 1u64 << (level - 1);
+        let start = claim & INDEX_MASK;
+        let end = (start + CHUNK).min(old);
+        let new_mask = (1u64 << level) - 1;
+        for b in start..end {
+            self.split(b as usize, new_mask, now);
+        }
+        let split = (end - start) as usize;
+        // AcqRel: Release publishes our moves to the helper that finishes; Acquire makes every
+        // other helper's moves visible to us if we are that helper.
+        let done = g.done.fetch_add(split, Ordering::AcqRel) + split;
+        if done as u64 == old {
+            // Release: readers and creators that Acquire the settled state see every move, so
+            // they stop looking at the old level only once nothing is left there.
+            g.state.store(new_mask << 1, Ordering::Release);
+        }
+        true
+    }
+
+    /// Moves every live key of old bucket `b` whose candidates under `new_mask` do not include
+    /// `b`.
+    fn split(&self, b: usize, new_mask: u64, now: u64) {
+        let bucket = &self.buckets[b];
+        for slot in 0..SLOTS_PER_BUCKET {
+            // Acquire, both: as a reader's (`lookup::validate`); `move_key` validates again under
+            // the key's lock.
+            let fp = bucket.keys[slot].load(Ordering::Acquire);
+            if fp < FIRST_FP || !state::is_live(bucket.words[slot].load(Ordering::Acquire)) {
+                continue; // no key, a tombstone, or a slot being bound or moved
+            }
+            let (first, second) = candidates(fp, new_mask);
+            if first != b && second != b {
+                self.move_key(fp, b, slot, new_mask, now);
+            }
+        }
+    }
+
+    /// Moves the key `fp` out of slot `slot` of old bucket `b` into one of its candidates under
+    /// `new_mask`, or drops it if its funnel has recovered by `now` (a recovered funnel is an
+    /// absent key). The module doc gives the steps.
+    fn move_key(&self, fp: u64, b: usize, slot: usize, new_mask: u64, now: u64) {
+        // Under the key's lock no creator or other mover of `fp` runs; the source may still be
+        // updated by its readers, reset, or evicted by a creator of another key.
+        let _lock = lock(self.stripe(fp));
+        let (first, second) = candidates(fp, new_mask);
+        let home = Home {
+            fp,
+            tag: tag_of(fp),
+            first,
+            second,
+        };
+        self.relocate(fp, b, slot, &home, now, Mode::Migrate);
+    }
+
+    /// The move itself, under `fp`'s creation lock (held by the caller): from slot `slot` of
+    /// bucket `b` to a slot of `to`'s buckets, or a drop if the funnel has recovered by `now`.
+    /// False when nothing moved: the source no longer held the key (evicted by a creator of
+    /// another key), or, unless `mode` is [`Mode::Migrate`], no free target slot was there.
+    fn relocate(&self, fp: u64, b: usize, slot: usize, to: &Home, now: u64, mode: Mode) -> bool {
+        let source = &self.buckets[b];
+        let mut target: Option<Found<'_>> = None;
+        loop {
+            let Some(word) = live_word(source, slot, fp) else {
+                // Evicted (or being evicted) by a creator of another key: nothing to move.
+                if let Some(target) = target {
+                    self.abandon(fp, target);
+                }
+                return false;
+            };
+            let tat = state::tat_of(word);
+            if tat > now && target.is_none() {
+                match self.pending_target(to, now, mode) {
+                    Some(placed) => target = Some(placed),
+                    None => return false,
+                }
+                continue; // the source may have changed while we placed the target
+            }
+            // Release: a reader or helper that Acquires the sealed word sees the target's key
+            // and PENDING word, stored before. Relaxed on failure: we read the word again.
+            if source.words[slot]
+                .compare_exchange(
+                    word,
+                    state::moved(tat),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue; // updated meanwhile: seal the new value
+            }
+            if let Some(target) = target {
+                complete(target, tat);
+            }
+            // Release: a creator that Acquires the tombstone reuses the slot, the move being
+            // over (the target is live; no reader needs the source any more).
+            source.keys[slot].store(tombstone(state::gen_of(word)), Ordering::Release);
+            let shard = self.shard(fp);
+            // Relaxed: statistics.
+            shard.vacated.fetch_add(1, Ordering::Relaxed);
+            let counter = if target.is_some() {
+                &shard.moved
+            } else {
+                &shard.dropped
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+
+    /// While the table grows: if the key `fp` is still in a bucket of the old level that is not
+    /// one of its candidates at the new one, moves it now, if its creation lock is free and a
+    /// slot is free, so its next request is a hit on the hot path again. Never waits: a request
+    /// for a key that is present must not depend on another thread (updates stay lock-free);
+    /// the migration moves whatever is left.
+    pub(super) fn nudge(&self, fp: u64, now: u64) {
+        let (home, Some(old)) = self.homes(fp) else {
+            return;
+        };
+        for b in old
+            .buckets()
+            .filter(|&b| b != home.first && b != home.second)
+        {
+            for slot in 0..SLOTS_PER_BUCKET {
+                if live_word(&self.buckets[b], slot, fp).is_some() {
+                    if let Some(_lock) = try_lock(self.stripe(fp)) {
+                        self.relocate(fp, b, slot, &home, now, Mode::Nudge);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reserves a slot among `home`'s candidates and binds it PENDING for the key: the target of
+    /// a move. With no free slot, [`Mode::Migrate`] first tries to make one by moving a key out
+    /// of a candidate bucket to its other candidate (one cuckoo step, `make_room_for`), and only
+    /// if no key can go evicts the least indebted live one (a migration's move cannot fail),
+    /// whatever the table's [`WhenFull`](crate::WhenFull); it also waits out slots that other
+    /// threads are binding. The other modes neither evict nor wait: `None`.
+    fn pending_target(&self, home: &Home, now: u64, mode: Mode) -> Option<Found<'_>> {
+        let mut round = 0;
+        let mut tried = false;
+        loop {
+            let victim = match (self.place(home, now), mode) {
+                (Placement::Free(victim), _) => victim,
+                (Placement::Full(least, _), Mode::Migrate) => {
+                    if !tried {
+                        tried = true;
+                        if self.make_room_for(home, now) {
+                            continue;
+                        }
+                    }
+                    least
+                }
+                (Placement::Busy, Mode::Migrate) => {
+                    spin(round);
+                    round += 1;
+                    continue;
+                }
+                (Placement::Full(..) | Placement::Busy, Mode::Nudge | Mode::Cuckoo) => return None,
+            };
+            if let Some(word) = self.bind(home.fp, victim, BindAs::Pending) {
+                return Some(Found {
+                    bucket: victim.bucket,
+                    slot: victim.slot,
+                    word,
+                });
+            }
+        }
+    }
+
+    /// Frees a slot in one of `home`'s buckets (both full of funnels in debt) by moving one of
+    /// their keys to its other candidate bucket at the level in use, if that one has a free
+    /// slot: one cuckoo step. Keys moved into a new bucket fill it before the old buckets they
+    /// could also use have been split (those still hold the keys leaving them, and look full),
+    /// so a later mover can find both its buckets full of keys that each have room elsewhere.
+    /// The key moved needs its own creation lock: taken only if free (the caller holds one
+    /// lock already), or already held when it shares the caller's. True when a slot was freed.
+    fn make_room_for(&self, home: &Home, now: u64) -> bool {
+        let mask = self.growth().map_or(0, Growth::mask_in_use);
+        let held = self.stripe(home.fp) as *const AtomicBool;
+        for c in home.buckets() {
+            let bucket = &self.buckets[c];
+            for slot in 0..SLOTS_PER_BUCKET {
+                // Acquire, both: as a reader's; `relocate` validates again.
+                let fp = bucket.keys[slot].load(Ordering::Acquire);
+                if fp < FIRST_FP || !state::is_live(bucket.words[slot].load(Ordering::Acquire)) {
+                    continue;
+                }
+                let (first, second) = candidates(fp, mask);
+                let other = if first == c { second } else { first };
+                if other == c || !has_free_slot(self, other, now) {
+                    continue;
+                }
+                let stripe = self.stripe(fp);
+                let _lock = if std::ptr::eq(stripe, held) {
+                    None // ours already
+                } else {
+                    match try_lock(stripe) {
+                        Some(lock) => Some(lock),
+                        None => continue,
+                    }
+                };
+                let to = Home {
+                    fp,
+                    tag: tag_of(fp),
+                    first: other,
+                    second: other,
+                };
+                if self.relocate(fp, c, slot, &to, now, Mode::Cuckoo) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+impl Table {
+    /// Gives up a move whose source was evicted before it could be sealed: the pending target,
+    /// which no helper can complete (no sealed source of the key exists), becomes a dead slot.
+    fn abandon(&self, fp: u64, target: Found<'_>) {
+        let Found { bucket, slot, word } = target;
+        let gen = state::gen_of(word);
+        // Acquire: as any reservation (`create::bind`). It cannot fail: only a helper that saw
+        // this key's sealed source could change a pending word, and there is none.
+        let reserved = bucket.words[slot].compare_exchange(
+            word,
+            state::reserved(gen),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        );
+        debug_assert!(reserved.is_ok(), "a pending target changed under its mover");
+        // Release: as the tombstone of a move.
+        bucket.keys[slot].store(tombstone(gen), Ordering::Release);
+        // Release: a creator that Acquires the dead word sees the tombstone.
+        bucket.words[slot].store(state::moved(0), Ordering::Release);
+        // Relaxed: a statistic.
+        self.shard(fp).vacated.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Who moves a key, which decides what a move may do when its target buckets are full.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A migration's split (a creator's help, holding the key's lock by waiting for it): must
+    /// move the key, so may make room, wait, and as a last resort evict.
+    Migrate,
+    /// A request moving its own key out of the old level (holding the key's lock only if it
+    /// was free): moves it if a slot is free, else leaves it for the migration.
+    Nudge,
+    /// One cuckoo step of a migration's move (`make_room_for`): into a free slot only.
+    Cuckoo,
+}
+
+/// Whether bucket `b` has a slot a creator could take at `now` (EMPTY, dead, or recovered).
+fn has_free_slot(table: &Table, b: usize, now: u64) -> bool {
+    let home = Home {
+        fp: FIRST_FP,
+        tag: 0,
+        first: b,
+        second: b,
+    };
+    matches!(table.place(&home, now), Placement::Free(_))
+}
+
+/// The live word of slot `slot` of `bucket` while it is bound to `fp`.
+fn live_word(bucket: &super::bucket::Bucket, slot: usize, fp: u64) -> Option<u64> {
+    // Acquire, all three: the reader's validation (`lookup::validate`).
+    if bucket.keys[slot].load(Ordering::Acquire) != fp {
+        return None;
+    }
+    let word = bucket.words[slot].load(Ordering::Acquire);
+    let still = bucket.keys[slot].load(Ordering::Acquire) == fp;
+    (still && matches!(state::decode(word), SlotState::Live { .. })).then_some(word)
+}
+
+/// Whether a claim value of `next` names a bucket of its migration's old level.
+fn has_chunk(claim: u64) -> bool {
+    let level = (claim >> INDEX_BITS) as u32;
+    level >= 1 && (claim & INDEX_MASK) < (1u64 << (level - 1))
+}
+
+/// The level whose bucket mask is `mask`.
+fn level_of(mask: u64) -> u32 {
+    (mask + 1).trailing_zeros()
+}

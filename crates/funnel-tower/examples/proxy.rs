@@ -27,13 +27,22 @@ USAGE:
     proxy --upstream <http://host:port> [--listen <addr:port>] [--limit <spec>]... [options]
 
 OPTIONS:
-    --listen <addr:port>   where to listen (default 127.0.0.1:8080)
+    --listen <addr:port>   where to listen (default 127.0.0.1:8080; port 0 picks a free one;
+                           the address listened on is printed to stderr)
     --upstream <url>       the upstream, http://host:port (required)
     --limit <spec>         a limit, repeatable; every limit is charged or none:
                                <key>=<count>/<period>[,burst=<n>]
-                               key:    ip | ip/<v6 prefix> | client | route | global | header:<name>
-                               period: <n>ms | <n>s | <n>m | <n>h
-                           e.g. \"ip=10/1s,burst=20\" \"route=1000/60s\" \"header:x-api-key=100/1m\"
+                           count requests per period, one every period/count once the burst
+                           is used up; burst is how many may come at once, and defaults to
+                           count.
+                               key:    ip | ip/<v6 prefix> | client | route | global
+                                       | header:<name>
+                               period: <n>ms | <n>s | <n>m | <n>h (a bare number is seconds)
+                           e.g. \"ip=10/1s,burst=20\" (10 per second, 20 at once)
+                                \"route=1000/60s\" \"header:x-api-key=100/1m\"
+                           ip is the peer (IPv6 grouped by /64 unless ip/<prefix>); client is
+                           the address a trusted proxy forwarded (see --trust); route is the
+                           request path.
     --trust <net>          a proxy in front of this one whose X-Forwarded-For / Forwarded
                            the `client` key believes (repeatable; none by default)
     --shadow               evaluate and count, add headers, never reject
@@ -286,9 +295,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    let local = listener.local_addr().unwrap_or(args.listen);
     eprintln!(
-        "proxy: {} -> {} ({} limit(s){}{})",
-        args.listen,
+        "proxy: listening on {local} -> {} ({} limit(s){}{})",
         args.upstream,
         args.limits.len(),
         if args.shadow { ", shadow" } else { "" },

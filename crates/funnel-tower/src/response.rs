@@ -108,33 +108,83 @@ pub(crate) fn headers<C>(
     out
 }
 
-/// `"name";r=..;t=..`, comma-separated, written on the stack and copied once into the value
-/// (long policy names go through a heap buffer instead).
+/// `"name";r=..;t=..`, comma-separated, written without `core::fmt` into a stack buffer and
+/// copied once into the value.
 fn ratelimit_value<'a, C: 'a>(
-    items: impl Iterator<Item = (&'a Policy<C>, &'a Decision)> + Clone,
+    items: impl Iterator<Item = (&'a Policy<C>, &'a Decision)>,
 ) -> Option<HeaderValue> {
-    fn write_all<'a, C: 'a>(
-        w: &mut impl std::io::Write,
-        items: impl Iterator<Item = (&'a Policy<C>, &'a Decision)>,
-    ) -> std::io::Result<()> {
-        for (i, (p, d)) in items.enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            write!(w, "{sep}\"{}\";r={};t={}", p.name, d.remaining(), t_secs(d))?;
+    let mut buf = ValueBuf::default();
+    for (i, (p, d)) in items.enumerate() {
+        if i > 0 {
+            buf.push(b", ");
         }
-        Ok(())
+        buf.push(b"\"");
+        buf.push(p.name.as_bytes());
+        buf.push(b"\";r=");
+        buf.push_u64(d.remaining());
+        buf.push(b";t=");
+        buf.push_u64(t_secs(d));
     }
-    let mut stack = [0u8; 256];
-    let mut w = &mut stack[..];
-    let value = if write_all(&mut w, items.clone()).is_ok() {
-        let len = 256 - w.len();
-        HeaderValue::from_bytes(&stack[..len])
-    } else {
-        let mut heap = Vec::new();
-        write_all(&mut heap, items).ok()?;
-        HeaderValue::from_bytes(&heap)
-    };
     // Printable ASCII by construction (checked names, digits): never an error.
-    value.ok()
+    HeaderValue::from_bytes(buf.as_bytes()).ok()
+}
+
+/// Bytes on the stack, moved to the heap only when they outgrow it (very long policy names).
+struct ValueBuf {
+    stack: [u8; 192],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Default for ValueBuf {
+    fn default() -> Self {
+        ValueBuf {
+            stack: [0; 192],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl ValueBuf {
+    #[inline]
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if self.heap.is_empty() && end <= self.stack.len() {
+            self.stack[self.len..end].copy_from_slice(bytes);
+            self.len = end;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack[..self.len]);
+            }
+            self.heap.extend_from_slice(bytes);
+        }
+    }
+
+    /// `n` in decimal.
+    #[inline]
+    fn push_u64(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            // `n % 10` is below 10: the cast cannot truncate.
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
 }
 
 /// The rejection of a request `policy` denied.
@@ -191,6 +241,21 @@ mod tests {
         }
         assert_eq!(d.remaining(), remaining);
         d
+    }
+
+    #[test]
+    fn the_value_buffer_writes_decimals_and_outgrows_the_stack() {
+        let mut b = ValueBuf::default();
+        for n in [0, 7, 10, 1234567890, u64::MAX] {
+            b.push_u64(n);
+            b.push(b",");
+        }
+        assert_eq!(b.as_bytes(), b"0,7,10,1234567890,18446744073709551615,");
+        let long = "n".repeat(150);
+        b.push(long.as_bytes());
+        b.push(long.as_bytes());
+        assert_eq!(b.as_bytes().len(), 39 + 300);
+        assert!(b.as_bytes().ends_with(long.as_bytes()));
     }
 
     #[test]

@@ -85,6 +85,9 @@
 //!   path, and the IP keys read axum's `ConnectInfo<SocketAddr>` when there is no
 //!   [`PeerAddr`].
 
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
 mod config;
 mod key;
 mod response;
@@ -93,7 +96,6 @@ pub mod spec;
 
 pub use config::Builder;
 pub use key::{KeyBy, KeyFn, Net, PeerAddr};
-pub use response::Extra;
 pub use service::{Body, RateLimit, RateLimitLayer, ResponseFuture};
 
 /// A bad configuration, reported by [`Builder::build`] and [`RateLimitLayer::reconfigure`].

@@ -24,7 +24,7 @@ const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+
 /// The rate-limit headers of one response: at most three, kept inline (no allocation for the
 /// list itself).
 #[derive(Default)]
-pub struct Extra {
+pub(crate) struct Extra {
     items: [Option<(HeaderName, HeaderValue)>; 3],
 }
 

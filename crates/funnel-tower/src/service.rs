@@ -184,10 +184,7 @@ where
         let config = self.shared.config.load();
         if config.is_exempt(req.method(), req.uri().path()) {
             drop(config);
-            return ResponseFuture::Inner {
-                fut: self.inner.call(req),
-                headers: Extra::default(),
-            };
+            return ResponseFuture::inner(self.inner.call(req), Extra::default());
         }
         let (parts, body) = req.into_parts();
         let n = config.cost.as_ref().map_or(1, |f| f(&parts));
@@ -210,16 +207,11 @@ where
                 let p = &config.policies[i];
                 Counters::bump(&p.counters.denied);
                 let response = response::rejection(config.status, p, &decisions[i], headers);
-                return ResponseFuture::Denied {
-                    response: Some(response),
-                };
+                return ResponseFuture::denied(response);
             }
         }
         drop(config);
-        ResponseFuture::Inner {
-            fut: self.inner.call(Request::from_parts(parts, body)),
-            headers,
-        }
+        ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body)), headers)
     }
 }
 
@@ -323,13 +315,37 @@ fn uncharged<C: Clock>(p: &Policy<C>, key: &[u8], now: Timestamp) -> Decision {
 }
 
 pin_project_lite::pin_project! {
-    /// The future of a [`RateLimit`] call.
+    /// The future of a [`RateLimit`] call: the inner service's response with the rate-limit
+    /// headers added, or the rejection.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
     #[project = Projected]
-    pub enum ResponseFuture<F> {
-        /// Waiting for the inner service; these headers go on its response.
+    enum State<F> {
+        // Waiting for the inner service; these headers go on its response.
         Inner { #[pin] fut: F, headers: Extra },
-        /// Rejected: the response is ready.
+        // Rejected: the response is ready.
         Denied { response: Option<Response<Full<Bytes>>> },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    fn inner(fut: F, headers: Extra) -> Self {
+        ResponseFuture {
+            state: State::Inner { fut, headers },
+        }
+    }
+
+    fn denied(response: Response<Full<Bytes>>) -> Self {
+        ResponseFuture {
+            state: State::Denied {
+                response: Some(response),
+            },
+        }
     }
 }
 
@@ -340,7 +356,7 @@ where
     type Output = Result<Response<Body<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
+        match self.project().state.project() {
             Projected::Inner { fut, headers } => {
                 let mut response = match fut.poll(cx) {
                     Poll::Ready(Ok(r)) => r,

@@ -38,8 +38,10 @@ trap 'kill ${upstream_pid:-} ${proxy_pid:-} 2>/dev/null || true; rm -rf "$work"'
 
 # Starts a server whose first stderr line is "<name>: listening on <addr> ..." and prints the
 # address (port 0: the server picks a free port, no race with other programs).
+starts=0
 start() {
-  local log="$work/$1.log"; shift
+  starts=$((starts + 1))
+  local log="$work/$1.$starts.log"; shift   # a fresh file: never the last server's address
   "$@" 2>"$log" &
   started_pid=$!
   for _ in $(seq 100); do

@@ -1,79 +1,117 @@
 #!/usr/bin/env bash
 # Load test of the example proxy under wrk (Debian package), against a fast upstream on
-# loopback: requests/s and latency percentiles with no limiter, and with funnel's layer with
-# the limit set high (every request allowed) and low (almost every request a 429).
+# loopback: requests/s and latency percentiles with no limiter, with funnel's layer and with
+# tower_governor in the same proxy, the limit set high (every request allowed) and low (almost
+# every request a 429).
 #
-#   bash crates/funnel-tower/bench/wrk.sh                       # 3 rounds of 5 s per row
+#   bash crates/funnel-tower/bench/wrk.sh                          # 3 rounds of 10 s per row
 #   ROUNDS=5 SECONDS_PER_ROW=10 bash crates/funnel-tower/bench/wrk.sh
+#   ROUNDS=1 SECONDS_PER_ROW=2 bash crates/funnel-tower/bench/wrk.sh   # a quick look
 #
-# Each round runs every row once, in a rotated order (so no row always follows the same one),
-# and the summary gives each row's median over the rounds: on a machine shared by wrk, the
-# proxy and the upstream, single rows vary by about 10%.
+# Each round runs every row once, in a rotated order (so no row always follows the same one);
+# the summary gives each row's median over the rounds, and prints a Markdown table with the
+# command and the machine, ready for BENCHMARKS.md. On a machine shared by wrk, the proxy and
+# the upstream, single rows vary by about 10%: run it on an otherwise idle machine.
 #
-# tower_governor (0.8, over governor's keyed limiter) runs in the same proxy (`--governor`)
-# with the same per-IP quota; it adds no rate-limit headers to its responses, funnel adds two.
+# The comparison rows give both limiters one per-IP policy with the same quota (burst = count,
+# one unit back every period/count). funnel writes its two RateLimit headers on every
+# response; tower_governor, in its default mode, writes none on allowed requests (its 429s
+# carry x-ratelimit-after and retry-after). The two-policy funnel row (per IP + per route) is
+# there to show what a second policy costs; it is not compared with tower_governor, which has
+# one quota per layer.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-DUR="${SECONDS_PER_ROW:-5}"
+DUR="${SECONDS_PER_ROW:-10}"
 ROUNDS="${ROUNDS:-3}"
 CONNS="${CONNECTIONS:-32}"
+THREADS="${WRK_THREADS:-1}"
 if ! command -v wrk >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
 command -v wrk >/dev/null 2>&1 || { echo "wrk is required and could not be installed" >&2; exit 1; }
 cargo build --release -q -p funnel-tower --example proxy --example upstream
-bin=target/release/examples
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-up=$(free_port)
-"$bin/upstream" "127.0.0.1:$up" & upstream_pid=$!
-sleep 0.3
-results=$(mktemp)
-trap 'kill $upstream_pid ${proxy_pid:-} 2>/dev/null || true; rm -f "$results"' EXIT
+bin="${CARGO_TARGET_DIR:-target}/release/examples"
+lua=crates/funnel-tower/bench/percentiles.lua
+work=$(mktemp -d)
+trap 'kill ${upstream_pid:-} ${proxy_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# Starts a server whose first stderr line is "<name>: listening on <addr> ..." and prints the
+# address (port 0: the server picks a free port, no race with other programs).
+starts=0
+start() {
+  starts=$((starts + 1))
+  local log="$work/$1.$starts.log"; shift   # a fresh file: never the last server's address
+  "$@" 2>"$log" &
+  started_pid=$!
+  for _ in $(seq 100); do
+    addr=$(awk '/listening on/ {print $4; exit}' "$log")
+    [ -n "$addr" ] && return 0
+    sleep 0.05
+  done
+  echo "$1 did not start: $(cat "$log")" >&2; exit 1
+}
+start upstream "$bin/upstream" 127.0.0.1:0; upstream_pid=$started_pid; up=$addr
+
 row() {
   local name="$1"; shift
-  local port; port=$(free_port)
-  "$bin/proxy" --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$up" "$@" 2>/dev/null & proxy_pid=$!
-  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-  local out; out=$(wrk -t1 -c"$CONNS" -d"${DUR}s" --latency "http://127.0.0.1:$port/")
+  start proxy "$bin/proxy" --listen 127.0.0.1:0 --upstream "http://$up" "$@"; proxy_pid=$started_pid
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" -s "$lua" "http://$addr/")
   kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
-  local rps p50 p99 p999 non2xx
+  local rps p50 p99 p999 total non2xx
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  p999=$(awk '$1=="99.900%" || $1=="99.9%" {print $2}' <<<"$out"); p999=${p999:--}
+  p50=$(awk '$1=="percentile" && $2=="50" {print $3}' <<<"$out")
+  p99=$(awk '$1=="percentile" && $2=="99" {print $3}' <<<"$out")
+  p999=$(awk '$1=="percentile" && $2=="99.9" {print $3}' <<<"$out")
+  total=$(awk '/requests in/ {print $1}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out"); non2xx=${non2xx:-0}
-  printf '%-40s %12s %9s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$p999" "$non2xx"
-  printf '%s\t%s\n' "$name" "$rps" >>"$results"
+  local share; share=$(awk -v n="$non2xx" -v t="$total" 'BEGIN { printf "%.1f", t ? 100 * n / t : 0 }')
+  printf '%-44s %11s %9s %9s %9s %7s%%\n' "$name" "$rps" "$p50" "$p99" "$p999" "$share"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rps" "$p50" "$p99" "$p999" "$share" >>"$work/results"
 }
+
 names=(
   "no limiter"
-  "funnel, per-IP limit high (all allowed)"
-  "tower_governor, per-IP limit high"
-  "funnel, per-IP + per-route high"
-  "funnel, per-IP limit low (mostly 429)"
-  "tower_governor, per-IP limit low"
+  "funnel, 1 policy (per IP), limit high"
+  "tower_governor, per IP, limit high"
+  "funnel, 1 policy (per IP), limit low"
+  "tower_governor, per IP, limit low"
+  "funnel, 2 policies (per IP + route), high"
 )
 args=(
   "--no-limit"
   "--limit ip=100000000/1s"
   "--governor --limit ip=100000000/1s"
-  "--limit ip=100000000/1s --limit route=100000000/1s"
   "--limit ip=10/1s"
   "--governor --limit ip=10/1s"
+  "--limit ip=100000000/1s --limit route=100000000/1s"
 )
 n=${#names[@]}
 for ((r = 0; r < ROUNDS; r++)); do
   printf '\nround %d of %d\n' $((r + 1)) "$ROUNDS"
-  printf '%-40s %12s %9s %9s %9s %8s\n' "row" "requests/s" "p50" "p99" "p99.9" "non-2xx"
+  printf '%-44s %11s %9s %9s %9s %8s\n' "row" "requests/s" "p50 us" "p99 us" "p99.9 us" "non-2xx"
   for ((i = 0; i < n; i++)); do
     j=$(( (i + r) % n ))
     # shellcheck disable=SC2086 # the flags are meant to split
     row "${names[$j]}" ${args[$j]}
   done
 done
-printf '\nmedian requests/s over %d rounds\n' "$ROUNDS"
+
+median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+col() { awk -F'\t' -v n="$1" -v c="$2" '$1==n {print $c}' "$work/results" | median; }
+declare -A rps
+printf '\n### Medians over %d rounds\n\n' "$ROUNDS"
+printf '`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/funnel-tower/bench/wrk.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
+printf 'wrk -t%s -c%s -d%ss (percentiles from bench/percentiles.lua), one client address; %s; %s CPUs (wrk, proxy and upstream share them); %s\n\n' \
+  "$THREADS" "$CONNS" "$DUR" "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown CPU)" "$(nproc)" "$(date -u +%Y-%m-%d)"
+printf '| row | requests/s | p50 (µs) | p99 (µs) | p99.9 (µs) | non-2xx |\n|---|---|---|---|---|---|\n'
 for name in "${names[@]}"; do
-  median=$(awk -F'\t' -v n="$name" '$1==n {print $2}' "$results" | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}')
-  printf '%-40s %12s\n' "$name" "$median"
+  rps[$name]=$(col "$name" 2)
+  printf '| %s | %.0f | %s | %s | %s | %s%% |\n' "$name" "${rps[$name]}" "$(col "$name" 3)" "$(col "$name" 4)" "$(col "$name" 5)" "$(col "$name" 6)"
 done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b ? a / b : 0 }'; }
+printf '\n* funnel (1 policy, all allowed) ÷ no limiter: %s (the target: ≥ 0.97)\n' "$(ratio "${rps[${names[1]}]}" "${rps[${names[0]}]}")"
+printf '* funnel 429s ÷ funnel 200s (limit low ÷ limit high): %s (the target: ≥ 1)\n' "$(ratio "${rps[${names[3]}]}" "${rps[${names[1]}]}")"
+printf '* funnel ÷ tower_governor, limit high: %s; limit low: %s (the target: ≥ 1 in both)\n' \
+  "$(ratio "${rps[${names[1]}]}" "${rps[${names[2]}]}")" "$(ratio "${rps[${names[3]}]}" "${rps[${names[4]}]}")"
+printf '* funnel, 2 policies ÷ 1 policy, all allowed: %s\n' "$(ratio "${rps[${names[5]}]}" "${rps[${names[1]}]}")"

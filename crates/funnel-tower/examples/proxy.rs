@@ -8,6 +8,7 @@
 //!
 //! Run with `--help` for every flag; the `--limit` syntax is in `funnel_tower::spec`.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
@@ -27,13 +28,22 @@ USAGE:
     proxy --upstream <http://host:port> [--listen <addr:port>] [--limit <spec>]... [options]
 
 OPTIONS:
-    --listen <addr:port>   where to listen (default 127.0.0.1:8080)
+    --listen <addr:port>   where to listen (default 127.0.0.1:8080; port 0 picks a free one;
+                           the address listened on is printed to stderr)
     --upstream <url>       the upstream, http://host:port (required)
     --limit <spec>         a limit, repeatable; every limit is charged or none:
                                <key>=<count>/<period>[,burst=<n>]
-                               key:    ip | ip/<v6 prefix> | client | route | global | header:<name>
-                               period: <n>ms | <n>s | <n>m | <n>h
-                           e.g. \"ip=10/1s,burst=20\" \"route=1000/60s\" \"header:x-api-key=100/1m\"
+                           count requests per period, one every period/count once the burst
+                           is used up; burst is how many may come at once, and defaults to
+                           count.
+                               key:    ip | ip/<v6 prefix> | client | route | global
+                                       | header:<name>
+                               period: <n>ms | <n>s | <n>m | <n>h (a bare number is seconds)
+                           e.g. \"ip=10/1s,burst=20\" (10 per second, 20 at once)
+                                \"route=1000/60s\" \"header:x-api-key=100/1m\"
+                           ip is the peer (IPv6 grouped by /64 unless ip/<prefix>); client is
+                           the address a trusted proxy forwarded (see --trust); route is the
+                           request path.
     --trust <net>          a proxy in front of this one whose X-Forwarded-For / Forwarded
                            the `client` key believes (repeatable; none by default)
     --shadow               evaluate and count, add headers, never reject
@@ -114,9 +124,6 @@ fn parse_args() -> Result<Args, String> {
 }
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
-/// What the server sends: the upstream's body or the layer's rejection, errors boxed.
-type OutBody =
-    http_body_util::combinators::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Forwards a request to the upstream, keeping method, path, query and headers.
 #[derive(Clone)]
@@ -127,7 +134,7 @@ struct Forward {
 
 impl tower_service::Service<Request<Incoming>> for Forward {
     type Response = Response<ProxyBody>;
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
     >;
@@ -173,7 +180,7 @@ struct ForwardAxum(Forward);
 
 impl tower_service::Service<Request<Incoming>> for ForwardAxum {
     type Response = Response<axum::body::Body>;
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
     >;
@@ -286,9 +293,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    let local = listener.local_addr().unwrap_or(args.listen);
     eprintln!(
-        "proxy: {} -> {} ({} limit(s){}{})",
-        args.listen,
+        "proxy: listening on {local} -> {} ({} limit(s){}{})",
         args.upstream,
         args.limits.len(),
         if args.shadow { ", shadow" } else { "" },
@@ -299,38 +306,47 @@ async fn main() {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let forward = forward.clone();
-        let limited = layer.as_ref().map(|l| l.layer(forward.clone()));
-        let governed = governor
-            .as_ref()
-            .map(|g| g.layer(ForwardAxum(forward.clone())));
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let io = TokioIo::new(stream);
+        // Each mode serves with its own service, cloned per request, and inserts the one
+        // extension its limiter reads: nothing else differs between the load test's rows.
+        if let Some(l) = &layer {
+            let tag = move |req: &mut Request<Incoming>| {
                 req.extensions_mut().insert(PeerAddr(peer));
-                // tower_governor's peer (its `axum` feature reads axum's ConnectInfo).
+            };
+            tokio::spawn(serve(io, l.layer(forward.clone()), tag));
+        } else if let Some(g) = &governor {
+            // tower_governor's peer: its `axum` feature reads axum's ConnectInfo.
+            let tag = move |req: &mut Request<Incoming>| {
                 req.extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
-                let (mut limited, mut governed, mut forward) =
-                    (limited.clone(), governed.clone(), forward.clone());
-                async move {
-                    let r: Result<Response<OutBody>, std::convert::Infallible> =
-                        match (&mut limited, &mut governed) {
-                            (Some(l), _) => tower_service::Service::call(l, req)
-                                .await
-                                .map(|r| r.map(|b| b.boxed_unsync())),
-                            (None, Some(g)) => tower_service::Service::call(g, req)
-                                .await
-                                .map(|r| r.map(|b| b.map_err(Into::into).boxed_unsync())),
-                            (None, None) => tower_service::Service::call(&mut forward, req)
-                                .await
-                                .map(|r| r.map(|b| b.map_err(Into::into).boxed_unsync())),
-                        };
-                    r
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
+            };
+            tokio::spawn(serve(io, g.layer(ForwardAxum(forward.clone())), tag));
+        } else {
+            tokio::spawn(serve(io, forward.clone(), |_: &mut Request<Incoming>| {}));
+        }
     }
+}
+
+/// Serves one connection with `svc`, cloned for each request after `tag` has marked it.
+async fn serve<S, B>(
+    io: TokioIo<tokio::net::TcpStream>,
+    svc: S,
+    tag: impl Fn(&mut Request<Incoming>) + Clone + Send + 'static,
+) where
+    S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        tag(&mut req);
+        let mut svc = svc.clone();
+        async move { tower_service::Service::call(&mut svc, req).await }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, svc)
+        .await;
 }

@@ -1,6 +1,7 @@
 //! A fast upstream for load tests: answers every request `200 ok`.
 //!
-//! `cargo run --release -p funnel-tower --example upstream -- 127.0.0.1:9000`
+//! `cargo run --release -p funnel-tower --example upstream -- 127.0.0.1:9000` (port 0 picks a
+//! free one; the address listened on is printed to stderr)
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -20,6 +21,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    if let Ok(local) = listener.local_addr() {
+        eprintln!("upstream: listening on {local}");
+    }
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;

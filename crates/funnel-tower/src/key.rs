@@ -1,18 +1,42 @@
 //! Which key a request is limited by.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+#[cfg(feature = "axum")]
+use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use http::request::Parts;
 use http::HeaderName;
 
 /// The peer's socket address, as a request extension. A server inserts it for each connection
-/// (`req.extensions_mut().insert(PeerAddr(addr))`); axum users can insert it from
-/// `ConnectInfo<SocketAddr>`. Without it, IP keys fall back to one shared "unknown" key.
+/// (`req.extensions_mut().insert(PeerAddr(addr))`). With the `axum` feature the layer also
+/// reads axum's `ConnectInfo<SocketAddr>` (from `into_make_service_with_connect_info`) when
+/// there is no `PeerAddr`. Without either, the IP keys fall back to one shared "missing" key.
+///
+/// # Examples
+///
+/// ```
+/// use funnel_tower::PeerAddr;
+///
+/// let mut req = http::Request::new(());
+/// req.extensions_mut().insert(PeerAddr("192.0.2.1:4711".parse().unwrap()));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerAddr(pub SocketAddr);
+pub struct PeerAddr(pub std::net::SocketAddr);
 
 /// A network: an address and a prefix length, e.g. `10.0.0.0/8` or `2001:db8::/32`.
+///
+/// # Examples
+///
+/// ```
+/// use funnel_tower::Net;
+///
+/// let lan = Net::parse("10.0.0.0/8").unwrap();
+/// assert!(lan.contains("10.1.2.3".parse().unwrap()));
+/// assert!(!lan.contains("192.0.2.1".parse().unwrap()));
+/// assert!(Net::parse("2001:db8::1").is_some()); // one host
+/// assert!(Net::parse("10.0.0.0/33").is_none());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Net {
     addr: IpAddr,
@@ -41,7 +65,7 @@ impl Net {
         Net::new(addr, prefix)
     }
 
-    /// Whether `ip` lies in this network.
+    /// Whether `ip` lies in this network (an IPv4-mapped IPv6 address counts as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr
@@ -51,29 +75,63 @@ impl Net {
 /// A caller's key function: the key bytes of a request, or `None`.
 pub type KeyFn = Arc<dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync>;
 
-/// How a policy picks the key of a request.
+/// How a policy picks the key of a request. No key ever fails a request: what cannot be read
+/// falls back as each variant says.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use funnel_tower::{KeyBy, Net};
+///
+/// let per_ip = KeyBy::PeerIp { v6_prefix: 64 };
+/// let behind_lb = KeyBy::ClientIp { trusted: vec![Net::parse("10.0.0.0/8").unwrap()], v6_prefix: 64 };
+/// let per_token = KeyBy::Header(http::HeaderName::from_static("x-api-key"));
+/// // The tenant from the first path segment: /t/acme/... is keyed "acme".
+/// let per_tenant = KeyBy::Custom(Arc::new(|parts: &http::request::Parts| {
+///     let rest = parts.uri.path().strip_prefix("/t/")?;
+///     Some(rest.split('/').next()?.as_bytes().to_vec())
+/// }));
+/// # let _ = (per_ip, behind_lb, per_token, per_tenant);
+/// ```
 #[derive(Clone)]
 pub enum KeyBy {
     /// The peer's address ([`PeerAddr`]); IPv6 addresses grouped by their first `v6_prefix`
     /// bits (64 is the usual end-site allocation, so rotating addresses inside it does not
-    /// get around the limit).
+    /// get around the limit). IPv4-mapped IPv6 peers (`::ffff:a.b.c.d`) are their IPv4
+    /// address. No peer address: one shared "missing" key.
     PeerIp {
         /// Bits of an IPv6 address that form the key.
         v6_prefix: u8,
     },
-    /// The client's address from `X-Forwarded-For` or `Forwarded`, trusted only when the peer
-    /// is in `trusted` (the proxies in front of this one): the right-most address that is not
-    /// itself a trusted proxy. A missing, malformed or untrusted header falls back to the peer.
+    /// The client's address behind the proxies in `trusted`. Only when the peer is trusted is
+    /// a forwarding header read: `X-Forwarded-For` if present, else RFC 7239 `Forwarded`
+    /// (its `for=` parameters). Its hops are walked from the right, the entry of the nearest
+    /// proxy first, skipping trusted proxies; the first address that is not trusted is the
+    /// client (if every hop is trusted, the left-most). Entries left of the client are what
+    /// the client itself sent and are never read, so it cannot choose its key by sending a
+    /// header of its own.
+    ///
+    /// Falls back to the peer's address when the peer is not trusted, when there is no
+    /// forwarding header, and when the walk meets, before finding the client, a hop that is
+    /// not an address (garbage, non-UTF-8 bytes, an entry over 64 bytes, a `Forwarded`
+    /// element without `for=`, an obfuscated `for=_hidden` or `for=unknown`) or more than 32
+    /// trusted hops. No peer address: one shared "missing" key.
     ClientIp {
         /// The trusted proxies.
         trusted: Vec<Net>,
         /// As for [`KeyBy::PeerIp`].
         v6_prefix: u8,
     },
-    /// A header's value (e.g. an API key). A request without it, or with a value over 256
-    /// bytes, shares one "missing" key.
+    /// A header's value (e.g. an API key), as raw bytes (any bytes a header may hold). A
+    /// request without it, or with a value over 256 bytes, shares one "missing" key; with
+    /// several, the first counts.
     Header(HeaderName),
-    /// The request's path.
+    /// The route. With the `axum` feature, the route template axum matched
+    /// (`/users/{id}`, from `MatchedPath`), so `/users/1` and `/users/2` share one limit;
+    /// this needs the layer inside the router (`Router::layer` or `route_layer`), where axum
+    /// has routed the request. Otherwise, and for requests without a matched route (a
+    /// fallback, a hyper server), the raw path: every distinct path is its own key.
     Route,
     /// One key for every request: a global cap.
     Global,
@@ -98,132 +156,197 @@ impl std::fmt::Debug for KeyBy {
 
 const MISSING: &[u8] = b"\0missing";
 const MAX_HEADER_KEY: usize = 256;
-/// How many forwarding hops are examined at most: a longer header is treated as malformed.
+/// How many forwarding hops are examined at most, from the right: a chain of more trusted
+/// proxies than this falls back to the peer.
 const MAX_HOPS: usize = 32;
+/// The longest hop worth parsing (a bracketed IPv6 address with a port and quotes is 49
+/// bytes): a longer one is malformed without being read.
+const MAX_HOP_LEN: usize = 64;
 
-impl KeyBy {
-    /// Runs `f` on the key bytes of a request without copying them where it can: an address
-    /// is built on the stack, a header value or the path is borrowed from the request.
-    pub(crate) fn with_key<R>(&self, parts: &Parts, f: impl FnOnce(&[u8]) -> R) -> R {
+/// The key bytes of one request, without an allocation unless a [`KeyBy::Custom`] function
+/// made them: an address is built inline, a header value or a path is borrowed.
+pub(crate) enum KeyBytes<'a> {
+    /// An address key: `4` and four octets, or `6` and sixteen (masked to the prefix).
+    Ip([u8; 17], u8),
+    /// A header value, a path, or one of the constant keys.
+    Borrowed(&'a [u8]),
+    /// What a [`KeyBy::Custom`] function returned.
+    Owned(Vec<u8>),
+}
+
+impl KeyBytes<'_> {
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
-            KeyBy::PeerIp { v6_prefix } => {
-                let (buf, len) = ip_key_bytes(peer(parts), *v6_prefix);
-                f(&buf[..len])
-            }
-            KeyBy::ClientIp { trusted, v6_prefix } => {
-                let (buf, len) = ip_key_bytes(client_ip(parts, trusted), *v6_prefix);
-                f(&buf[..len])
-            }
-            KeyBy::Header(name) => match parts.headers.get(name) {
-                Some(v) if v.len() <= MAX_HEADER_KEY => f(v.as_bytes()),
-                _ => f(MISSING),
-            },
-            KeyBy::Route => f(parts.uri.path().as_bytes()),
-            KeyBy::Global => f(&[]),
-            KeyBy::Custom(g) => match g(parts) {
-                Some(k) => f(&k),
-                None => f(MISSING),
-            },
+            KeyBytes::Ip(buf, len) => &buf[..usize::from(*len)],
+            KeyBytes::Borrowed(b) => b,
+            KeyBytes::Owned(v) => v,
         }
     }
+}
 
+impl KeyBy {
     /// The key bytes of a request.
-    pub(crate) fn key(&self, parts: &Parts) -> Vec<u8> {
+    #[inline]
+    pub(crate) fn key<'a>(&self, parts: &'a Parts) -> KeyBytes<'a> {
         match self {
             KeyBy::PeerIp { v6_prefix } => ip_key(peer(parts), *v6_prefix),
             KeyBy::ClientIp { trusted, v6_prefix } => ip_key(client_ip(parts, trusted), *v6_prefix),
             KeyBy::Header(name) => match parts.headers.get(name) {
-                Some(v) if v.len() <= MAX_HEADER_KEY => v.as_bytes().to_vec(),
-                _ => MISSING.to_vec(),
+                Some(v) if v.len() <= MAX_HEADER_KEY => KeyBytes::Borrowed(v.as_bytes()),
+                _ => KeyBytes::Borrowed(MISSING),
             },
-            KeyBy::Route => parts.uri.path().as_bytes().to_vec(),
-            KeyBy::Global => Vec::new(),
-            KeyBy::Custom(f) => f(parts).unwrap_or_else(|| MISSING.to_vec()),
+            KeyBy::Route => KeyBytes::Borrowed(route(parts).as_bytes()),
+            KeyBy::Global => KeyBytes::Borrowed(&[]),
+            KeyBy::Custom(f) => f(parts).map_or(KeyBytes::Borrowed(MISSING), KeyBytes::Owned),
         }
     }
 }
 
-fn peer(parts: &Parts) -> Option<IpAddr> {
-    parts
-        .extensions
-        .get::<PeerAddr>()
-        .map(|p| canonical(p.0.ip()))
+/// The route of a request: axum's matched route template when the `axum` feature is on and
+/// the router put one on the request, else the raw path.
+fn route(parts: &Parts) -> &str {
+    #[cfg(feature = "axum")]
+    if let Some(m) = parts.extensions.get::<axum::extract::MatchedPath>() {
+        return m.as_str();
+    }
+    parts.uri.path()
 }
 
-/// The client address behind trusted proxies: walk the forwarding chain from the right,
-/// skipping trusted proxies; the first untrusted hop is the client. Anything malformed stops
-/// the walk at the last good address.
+/// The peer's address: [`PeerAddr`], else (feature `axum`) axum's `ConnectInfo<SocketAddr>`.
+fn peer(parts: &Parts) -> Option<IpAddr> {
+    let addr = parts.extensions.get::<PeerAddr>().map(|p| p.0);
+    #[cfg(feature = "axum")]
+    let addr = addr.or_else(|| {
+        parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .map(|c| c.0)
+    });
+    addr.map(|a| canonical(a.ip()))
+}
+
+/// Where the walk over the forwarding hops ended.
+enum Walk {
+    /// The first hop, from the right, that is not a trusted proxy; or the left-most hop when
+    /// every one is trusted.
+    Client(IpAddr),
+    /// No hop at all.
+    Empty,
+    /// A malformed hop, or more than [`MAX_HOPS`] trusted ones, before the client was found.
+    Malformed,
+}
+
+/// The client address behind trusted proxies. Only a trusted peer's forwarding header counts:
+/// `X-Forwarded-For` when present, else `Forwarded`. Its hops are walked from the right (the
+/// nearest proxy's entry first), skipping trusted proxies; the first hop that is not trusted
+/// is the client, and nothing to its left (what the client itself sent) is read. A malformed
+/// hop before that, more than [`MAX_HOPS`] trusted hops, or no header: the peer.
 fn client_ip(parts: &Parts, trusted: &[Net]) -> Option<IpAddr> {
     let peer = peer(parts)?;
     let is_trusted = |ip: IpAddr| trusted.iter().any(|n| n.contains(ip));
     if !is_trusted(peer) {
         return Some(peer);
     }
-    let mut hops: Vec<IpAddr> = Vec::new();
-    let mut malformed = false;
-    for value in parts.headers.get_all("x-forwarded-for") {
-        let Ok(text) = value.to_str() else {
-            malformed = true;
-            break;
-        };
-        for item in text.split(',') {
-            match item.trim().parse::<IpAddr>() {
-                Ok(ip) => hops.push(canonical(ip)),
-                Err(_) => malformed = true,
-            }
-        }
-    }
-    if hops.is_empty() && !malformed {
-        for value in parts.headers.get_all("forwarded") {
-            let Ok(text) = value.to_str() else {
-                malformed = true;
-                break;
-            };
-            for element in text.split(',') {
-                for pair in element.split(';') {
-                    let Some((k, v)) = pair.trim().split_once('=') else {
-                        continue;
-                    };
-                    if k.trim().eq_ignore_ascii_case("for") {
-                        match forwarded_for(v.trim()) {
-                            Some(ip) => hops.push(canonical(ip)),
-                            None => malformed = true,
-                        }
-                    }
-                }
-            }
-        }
-    }
-    if malformed || hops.len() > MAX_HOPS {
-        // Documented fallback: the peer itself (a trusted proxy), never a guess.
-        return Some(peer);
-    }
-    let mut client = peer;
-    for ip in hops.into_iter().rev() {
-        client = ip;
-        if !is_trusted(ip) {
-            break;
-        }
-    }
-    Some(client)
-}
-
-/// A `Forwarded` `for=` value: `192.0.2.1`, `"192.0.2.1:80"`, `"[2001:db8::1]:80"`.
-fn forwarded_for(v: &str) -> Option<IpAddr> {
-    let v = v.trim_matches('"');
-    if let Some(rest) = v.strip_prefix('[') {
-        return rest.split(']').next()?.parse().ok();
-    }
-    let host = match v.rsplit_once(':') {
-        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && !h.contains(':') => h,
-        _ => v,
+    let xff = parts.headers.get_all("x-forwarded-for");
+    let walk = if xff.iter().next().is_some() {
+        let hops = xff
+            .iter()
+            .rev()
+            .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
+        walk(hops.map(xff_hop), is_trusted)
+    } else {
+        let fwd = parts.headers.get_all("forwarded");
+        let hops = fwd
+            .iter()
+            .rev()
+            .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
+        walk(hops.map(forwarded_hop), is_trusted)
     };
-    host.parse().ok()
+    match walk {
+        Walk::Client(ip) => Some(ip),
+        // Documented fallback: the peer itself (a trusted proxy), never a guess.
+        Walk::Empty | Walk::Malformed => Some(peer),
+    }
 }
 
-/// The key of an address in a stack buffer: `4` and four octets, `6` and sixteen (masked to
-/// the prefix), or [`MISSING`]; the same bytes as [`ip_key`].
-fn ip_key_bytes(ip: Option<IpAddr>, v6_prefix: u8) -> ([u8; 17], usize) {
+/// Walks hops (nearest first) until one is not trusted, examining at most [`MAX_HOPS`].
+fn walk(hops: impl Iterator<Item = Option<IpAddr>>, is_trusted: impl Fn(IpAddr) -> bool) -> Walk {
+    let mut last = Walk::Empty;
+    for (i, hop) in hops.enumerate() {
+        if i == MAX_HOPS {
+            return Walk::Malformed;
+        }
+        let Some(ip) = hop else {
+            return Walk::Malformed;
+        };
+        let ip = canonical(ip);
+        if !is_trusted(ip) {
+            return Walk::Client(ip);
+        }
+        last = Walk::Client(ip);
+    }
+    last
+}
+
+/// One `X-Forwarded-For` entry: an address, optional whitespace around it.
+fn xff_hop(entry: &[u8]) -> Option<IpAddr> {
+    if entry.len() > MAX_HOP_LEN {
+        return None;
+    }
+    std::str::from_utf8(entry).ok()?.trim().parse().ok()
+}
+
+/// One `Forwarded` element (`for=...;proto=...`): its `for` address. An element without one,
+/// or with an obfuscated identifier (`for=_hidden`, `for=unknown`), is malformed.
+fn forwarded_hop(element: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(element).ok()?;
+    let value = text.split(';').find_map(|pair| {
+        let (k, v) = pair.trim().split_once('=')?;
+        k.trim().eq_ignore_ascii_case("for").then_some(v.trim())
+    })?;
+    if value.len() > MAX_HOP_LEN {
+        return None;
+    }
+    forwarded_for(value)
+}
+
+/// A `Forwarded` `for=` node (RFC 7239 section 6): `192.0.2.1`, `"192.0.2.1:80"`,
+/// `"[2001:db8::1]"`, `"[2001:db8::1]:80"` (a port may be obfuscated, `:_abc`). Quotes must be
+/// balanced and brackets closed; an obfuscated or `unknown` node is not an address.
+fn forwarded_for(v: &str) -> Option<IpAddr> {
+    let v = match v.strip_prefix('"') {
+        Some(inner) => inner.strip_suffix('"')?,
+        None => v,
+    };
+    let port_ok = |port: Option<&str>| match port {
+        None => true,
+        Some(p) => {
+            let obfuscated = p.len() > 1
+                && p.starts_with('_')
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+            obfuscated || (!p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+        }
+    };
+    if let Some(rest) = v.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after {
+            "" => None,
+            a => Some(a.strip_prefix(':')?),
+        };
+        return port_ok(port).then(|| host.parse::<Ipv6Addr>().ok().map(IpAddr::V6))?;
+    }
+    let (host, port) = match v.split_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (v, None),
+    };
+    port_ok(port).then(|| host.parse::<Ipv4Addr>().ok().map(IpAddr::V4))?
+}
+
+/// The key of an address, inline: `4` and four octets, `6` and sixteen masked to the prefix,
+/// or [`MISSING`] without an address.
+fn ip_key(ip: Option<IpAddr>, v6_prefix: u8) -> KeyBytes<'static> {
     let mut buf = [0u8; 17];
     let len = match ip {
         Some(IpAddr::V4(v4)) => {
@@ -231,39 +354,14 @@ fn ip_key_bytes(ip: Option<IpAddr>, v6_prefix: u8) -> ([u8; 17], usize) {
             buf[1..5].copy_from_slice(&v4.octets());
             5
         }
-        Some(ip @ IpAddr::V6(_)) => {
+        Some(IpAddr::V6(v6)) => {
             buf[0] = 6;
-            if let IpAddr::V6(masked) = mask(ip, v6_prefix) {
-                buf[1..17].copy_from_slice(&masked.octets());
-                17
-            } else {
-                1
-            }
+            buf[1..17].copy_from_slice(&mask_v6(v6, v6_prefix).octets());
+            17
         }
-        None => {
-            buf[..MISSING.len()].copy_from_slice(MISSING);
-            MISSING.len()
-        }
+        None => return KeyBytes::Borrowed(MISSING),
     };
-    (buf, len)
-}
-
-fn ip_key(ip: Option<IpAddr>, v6_prefix: u8) -> Vec<u8> {
-    match ip {
-        Some(IpAddr::V4(v4)) => {
-            let mut k = vec![4];
-            k.extend_from_slice(&v4.octets());
-            k
-        }
-        Some(ip @ IpAddr::V6(_)) => {
-            let mut k = vec![6];
-            if let IpAddr::V6(masked) = mask(ip, v6_prefix) {
-                k.extend_from_slice(&masked.octets());
-            }
-            k
-        }
-        None => MISSING.to_vec(),
-    }
+    KeyBytes::Ip(buf, len)
 }
 
 /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are their IPv4 address.
@@ -285,26 +383,28 @@ fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
             };
             IpAddr::V4((bits & m).into())
         }
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            let m = if prefix == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(prefix.min(128)))
-            };
-            IpAddr::V6(Ipv6Addr::from(bits & m))
-        }
+        IpAddr::V6(v6) => IpAddr::V6(mask_v6(v6, prefix)),
     }
+}
+
+fn mask_v6(v6: Ipv6Addr, prefix: u8) -> Ipv6Addr {
+    let m = if prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(prefix.min(128)))
+    };
+    Ipv6Addr::from(u128::from(v6) & m)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
-    fn parts(peer: &str, headers: &[(&str, &str)]) -> Parts {
+    fn parts(peer: &str, headers: &[(&str, &[u8])]) -> Parts {
         let mut b = http::Request::builder().uri("/x");
         for (k, v) in headers {
-            b = b.header(*k, *v);
+            b = b.header(*k, http::HeaderValue::from_bytes(v).unwrap());
         }
         let mut req = b.body(()).unwrap();
         req.extensions_mut()
@@ -312,97 +412,162 @@ mod tests {
         req.into_parts().0
     }
 
+    fn key(by: &KeyBy, p: &Parts) -> Vec<u8> {
+        by.key(p).as_slice().to_vec()
+    }
+
+    fn client(trusted: &str) -> KeyBy {
+        KeyBy::ClientIp {
+            trusted: trusted.split(' ').map(|n| Net::parse(n).unwrap()).collect(),
+            v6_prefix: 64,
+        }
+    }
+
+    /// The key [`KeyBy::PeerIp`] gives a request from `ip`.
+    fn ip(ip: &str) -> Vec<u8> {
+        key(&KeyBy::PeerIp { v6_prefix: 64 }, &parts(ip, &[]))
+    }
+
     #[test]
     fn ipv6_addresses_in_one_64_share_a_key_and_others_do_not() {
-        let by = KeyBy::PeerIp { v6_prefix: 64 };
-        let a = by.key(&parts("2001:db8:1:2::1", &[]));
-        assert_eq!(a, by.key(&parts("2001:db8:1:2:ffff:ffff:ffff:ffff", &[])));
-        assert_ne!(a, by.key(&parts("2001:db8:1:3::1", &[])));
         assert_eq!(
-            by.key(&parts("::ffff:192.0.2.1", &[])),
-            by.key(&parts("192.0.2.1", &[]))
+            ip("2001:db8:1:2::1"),
+            ip("2001:db8:1:2:ffff:ffff:ffff:ffff")
+        );
+        assert_ne!(ip("2001:db8:1:2::1"), ip("2001:db8:1:3::1"));
+        assert_eq!(ip("::ffff:192.0.2.1"), ip("192.0.2.1"));
+        let exact = KeyBy::PeerIp { v6_prefix: 128 };
+        assert_ne!(
+            key(&exact, &parts("2001:db8::1", &[])),
+            key(&exact, &parts("2001:db8::2", &[]))
         );
     }
 
     #[test]
     fn forwarding_headers_count_only_from_trusted_proxies() {
-        let trusted = vec![Net::parse("10.0.0.0/8").unwrap()];
-        let by = KeyBy::ClientIp {
-            trusted,
-            v6_prefix: 64,
-        };
-        let peer = KeyBy::PeerIp { v6_prefix: 64 };
-        let xff = [("x-forwarded-for", "198.51.100.7, 10.1.1.1")];
+        let by = client("10.0.0.0/8");
+        let xff: &[(&str, &[u8])] = &[("x-forwarded-for", b"198.51.100.7, 10.1.1.1")];
         // From a trusted proxy: the right-most untrusted hop.
-        assert_eq!(
-            by.key(&parts("10.0.0.1", &xff)),
-            peer.key(&parts("198.51.100.7", &[]))
-        );
+        assert_eq!(key(&by, &parts("10.0.0.1", xff)), ip("198.51.100.7"));
         // From anyone else: the peer, whatever the header says.
-        assert_eq!(
-            by.key(&parts("203.0.113.9", &xff)),
-            peer.key(&parts("203.0.113.9", &[]))
-        );
-        // A spoofed left-most entry does not help: the right-most untrusted hop wins.
-        let spoof = [("x-forwarded-for", "1.2.3.4, 198.51.100.7")];
-        assert_eq!(
-            by.key(&parts("10.0.0.1", &spoof)),
-            peer.key(&parts("198.51.100.7", &[]))
-        );
-        // Malformed: the peer.
-        let bad = [("x-forwarded-for", "198.51.100.7, not-an-ip")];
-        assert_eq!(
-            by.key(&parts("10.0.0.1", &bad)),
-            peer.key(&parts("10.0.0.1", &[]))
-        );
-        // RFC 7239 Forwarded.
-        let fwd = [("forwarded", r#"for="[2001:db8::7]:4711";proto=https"#)];
-        assert_eq!(
-            by.key(&parts("10.0.0.1", &fwd)),
-            peer.key(&parts("2001:db8::99", &[]))
-        );
+        assert_eq!(key(&by, &parts("203.0.113.9", xff)), ip("203.0.113.9"));
+        // RFC 7239 Forwarded, with a port and brackets.
+        let fwd: &[(&str, &[u8])] = &[("forwarded", br#"for="[2001:db8::7]:4711";proto=https"#)];
+        assert_eq!(key(&by, &parts("10.0.0.1", fwd)), ip("2001:db8::99"));
+        let fwd: &[(&str, &[u8])] = &[("forwarded", b"for=192.0.2.60;proto=http, for=10.0.0.3")];
+        assert_eq!(key(&by, &parts("10.0.0.1", fwd)), ip("192.0.2.60"));
+        // Several header lines are one list, in order.
+        let lines: &[(&str, &[u8])] = &[
+            ("x-forwarded-for", b"192.0.2.8"),
+            ("x-forwarded-for", b"10.0.0.5"),
+        ];
+        assert_eq!(key(&by, &parts("10.0.0.1", lines)), ip("192.0.2.8"));
+        // Every hop trusted: the left-most.
+        let inside: &[(&str, &[u8])] = &[("x-forwarded-for", b"10.9.9.9, 10.0.0.5")];
+        assert_eq!(key(&by, &parts("10.0.0.1", inside)), ip("10.9.9.9"));
+    }
+
+    #[test]
+    fn what_the_client_wrote_left_of_its_own_address_is_never_read() {
+        let by = client("10.0.0.0/8");
+        for sent in [
+            &b"1.2.3.4, 198.51.100.7"[..],
+            b"not-an-ip, 198.51.100.7",
+            b"\xff\xfe, 198.51.100.7",
+            b", , 198.51.100.7",
+        ] {
+            let h: &[(&str, &[u8])] = &[("x-forwarded-for", sent)];
+            assert_eq!(
+                key(&by, &parts("10.0.0.1", h)),
+                ip("198.51.100.7"),
+                "{sent:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_malformed_or_oversized_chain_falls_back_to_the_peer() {
+        let by = client("10.0.0.0/8");
+        let long_entry = format!("{}1.2.3.4", " ".repeat(100));
+        let many_proxies = vec!["10.0.0.9"; 40].join(", ");
+        for bad in [
+            &b"198.51.100.7, not-an-ip"[..],
+            b"198.51.100.7, \xff",
+            b"",
+            b"198.51.100.7,",
+            b"198.51.100.7:80",
+            long_entry.as_bytes(),
+            many_proxies.as_bytes(),
+        ] {
+            let h: &[(&str, &[u8])] = &[("x-forwarded-for", bad)];
+            assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("10.0.0.1"), "{bad:?}");
+        }
+        for bad in [
+            &b"for=unknown"[..],
+            b"for=_hidden",
+            b"proto=https",
+            b"for=\"[2001:db8::7\"",
+            b"for=\xff",
+        ] {
+            let h: &[(&str, &[u8])] = &[("forwarded", bad)];
+            assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("10.0.0.1"), "{bad:?}");
+        }
     }
 
     #[test]
     fn a_missing_peer_or_header_falls_back_to_a_shared_key() {
         let req = http::Request::builder().uri("/").body(()).unwrap();
         let (p, _) = req.into_parts();
-        assert_eq!(KeyBy::PeerIp { v6_prefix: 64 }.key(&p), MISSING);
+        assert_eq!(key(&KeyBy::PeerIp { v6_prefix: 64 }, &p), MISSING);
+        assert_eq!(key(&client("10.0.0.0/8"), &p), MISSING);
         let h = KeyBy::Header(HeaderName::from_static("x-api-key"));
-        assert_eq!(h.key(&p), MISSING);
+        assert_eq!(key(&h, &p), MISSING);
         let long = "k".repeat(300);
-        assert_eq!(h.key(&parts("192.0.2.1", &[("x-api-key", &long)])), MISSING);
+        assert_eq!(
+            key(&h, &parts("192.0.2.1", &[("x-api-key", long.as_bytes())])),
+            MISSING
+        );
+        assert_eq!(
+            key(&h, &parts("192.0.2.1", &[("x-api-key", b"\xffkey")])),
+            b"\xffkey"
+        );
+        let f = KeyBy::Custom(Arc::new(|_: &Parts| None));
+        assert_eq!(key(&f, &p), MISSING);
     }
 
     #[test]
-    fn the_borrowed_key_is_the_same_bytes_as_the_owned_one() {
-        let trusted = vec![Net::parse("10.0.0.0/8").unwrap()];
-        let kinds = [
-            KeyBy::PeerIp { v6_prefix: 64 },
-            KeyBy::PeerIp { v6_prefix: 0 },
-            KeyBy::PeerIp { v6_prefix: 128 },
-            KeyBy::ClientIp {
-                trusted,
-                v6_prefix: 56,
-            },
-            KeyBy::Header(HeaderName::from_static("x-api-key")),
-            KeyBy::Route,
-            KeyBy::Global,
-            KeyBy::Custom(Arc::new(|p: &Parts| {
-                p.headers.get("x-api-key").map(|v| v.as_bytes().to_vec())
-            })),
-        ];
-        let requests = [
-            parts("192.0.2.1", &[]),
-            parts("2001:db8:1:2::1", &[("x-api-key", "abc")]),
-            parts("::ffff:192.0.2.7", &[("x-forwarded-for", "2001:db8::9")]),
-            parts("10.1.2.3", &[("x-forwarded-for", "198.51.100.4, 10.0.0.1")]),
-            http::Request::builder().uri("/").body(()).unwrap().into_parts().0,
-        ];
-        for by in &kinds {
-            for p in &requests {
-                assert_eq!(by.with_key(p, <[u8]>::to_vec), by.key(p));
-            }
+    fn the_route_is_the_raw_path_without_a_matched_route() {
+        let p = http::Request::builder()
+            .uri("/users/1?x=2")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        assert_eq!(key(&KeyBy::Route, &p), b"/users/1");
+    }
+
+    #[test]
+    fn forwarded_nodes_parse_as_rfc_7239_writes_them() {
+        for (node, ip) in [
+            ("192.0.2.43", Some("192.0.2.43")),
+            ("\"192.0.2.43:47011\"", Some("192.0.2.43")),
+            ("\"192.0.2.43:_port\"", Some("192.0.2.43")),
+            ("\"[2001:db8:cafe::17]\"", Some("2001:db8:cafe::17")),
+            ("\"[2001:db8:cafe::17]:4711\"", Some("2001:db8:cafe::17")),
+            ("\"[2001:db8:cafe::17\"", None),
+            ("\"[2001:db8:cafe::17]4711\"", None),
+            ("\"192.0.2.43", None),
+            ("192.0.2.43:123456", None),
+            ("2001:db8::1", None),
+            ("[192.0.2.43]", None),
+            ("unknown", None),
+            ("_hidden", None),
+        ] {
+            assert_eq!(
+                forwarded_for(node),
+                ip.map(|i| i.parse().unwrap()),
+                "{node}"
+            );
         }
     }
 

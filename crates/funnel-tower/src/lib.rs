@@ -4,8 +4,9 @@
 //! the request (peer IP with IPv6 grouped by prefix, client IP through trusted proxies only, a
 //! header, the route, a closure), several named limits charged all or nothing, the IETF
 //! `RateLimit-Policy` / `RateLimit` header fields (draft-ietf-httpapi-ratelimit-headers) or the
-//! legacy `X-RateLimit-*` triple, `429` with `Retry-After` and an RFC 9457 problem body, and a
-//! shadow mode that evaluates and counts but never rejects.
+//! legacy `X-RateLimit-*` triple, `429` with `Retry-After` and an RFC 9457 problem body, a
+//! shadow mode that evaluates and counts but never rejects, and a policy set that can be
+//! replaced while traffic flows.
 //!
 //! ```
 //! use std::time::Duration;
@@ -20,34 +21,99 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## Where things are
+//!
+//! * [`KeyBy`] (`key.rs`) — which key a request is limited by, and what each key falls back
+//!   to when the request does not carry it (no peer address, a malformed forwarding header);
+//! * [`Builder`] (`config.rs`) — the policies and options, checked at build time; the policy
+//!   set a layer decides under, and how a replacement keeps each policy's debt;
+//! * [`RateLimit`] (`service.rs`) — the service: where a request is decided;
+//! * `response.rs` — the headers and the rejection;
+//! * [`spec`] — limits written on a command line, as the example proxy takes them.
+//!
 //! ## Header mapping (draft -10)
 //!
-//! For a policy named `ip` whose funnel holds `q` units and refills completely in `w`
-//! seconds: `RateLimit-Policy: "ip";q=<limit>;w=<tolerance, seconds rounded up>` and
-//! `RateLimit: "ip";r=<remaining>;t=<seconds>`, where `t` is, on a denied request, the
-//! `Retry-After` value (seconds until the request could pass, rounded up: never earlier than
-//! the true time), and otherwise the seconds until the funnel is empty again, rounded up.
+//! For a policy named `ip` whose funnel holds `q` units and drains completely in `w` seconds:
+//! `RateLimit-Policy: "ip";q=<limit>;w=<limit × emission interval, seconds rounded up>` and
+//! `RateLimit: "ip";r=<remaining>;t=<seconds>`. On a denied request `t` is the `Retry-After`
+//! value: the seconds until the request could pass, rounded up, so never earlier than the
+//! true time. Otherwise `t` is the seconds until the funnel is empty again (the full quota
+//! back), rounded up. A request that costs more than a policy's limit can never pass: it gets
+//! no `Retry-After`, and `t` is the time until the funnel is empty.
+//!
+//! ## Several policies
+//!
+//! Every policy is charged or none ([`funnel::check_all`], in the order the policies were
+//! given): a request denied by one policy is charged to none, so a client hammering one route
+//! does not use up its per-IP allowance elsewhere. The response names the denying policy.
+//! [`Report`] chooses whether the headers describe every policy or the closest to its limit.
+//!
+//! ## Shadow mode
+//!
+//! [`Builder::shadow`] decides every request exactly as in enforcing mode and adds the same
+//! headers, but lets denied requests through; a request that would have been denied is charged
+//! to no policy, as it would not have been when enforcing, so the counters
+//! ([`RateLimitLayer::stats`]) read the same as they would under enforcement.
+//!
+//! ## Replacing the policies while traffic flows
+//!
+//! [`RateLimitLayer::reconfigure`] swaps in a new policy set built from a [`Builder`]. Requests
+//! read the set with one lock-free load (an [`arc_swap::ArcSwap`]); a request already decided
+//! keeps the set it was decided under. A policy whose name and table capacity are unchanged
+//! keeps its table, so **every key keeps its debt**, read under the new quota as
+//! [`funnel::LiveLimiter`] states it: debt is kept as time. Its counters carry on too.
+//!
+//! ```
+//! use funnel::Quota;
+//! use funnel_tower::{KeyBy, RateLimitLayer};
+//!
+//! let ip = || KeyBy::PeerIp { v6_prefix: 64 };
+//! let layer = RateLimitLayer::builder().policy("ip", ip(), Quota::per_second(10)?).build()?;
+//! // Later, from a config reload; services already built from `layer` follow.
+//! layer.reconfigure(
+//!     RateLimitLayer::builder()
+//!         .policy("ip", ip(), Quota::per_second(20)?) // same name: same table, debts kept
+//!         .policy("global", KeyBy::Global, Quota::per_second(5_000)?),
+//! )?;
+//! assert!(layer.stats("global").is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Features
+//!
+//! * `axum`: [`KeyBy::Route`] keys on axum's matched route (`/users/{id}`) instead of the raw
+//!   path, and the IP keys read axum's `ConnectInfo<SocketAddr>` when there is no
+//!   [`PeerAddr`].
 
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
 mod key;
+mod response;
+mod service;
 pub mod spec;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
-
-use bytes::Bytes;
-use funnel::clock::{Clock, QuantaClock};
-use funnel::{check_all, Charge, Decision, Limiter, Quota};
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{Either, Full};
-
+pub use config::Builder;
 pub use key::{KeyBy, KeyFn, Net, PeerAddr};
+pub use service::{Body, RateLimit, RateLimitLayer, ResponseFuture};
 
-/// A bad configuration, reported by [`Builder::build`].
+/// A bad configuration, reported by [`Builder::build`] and [`RateLimitLayer::reconfigure`].
+///
+/// # Examples
+///
+/// ```
+/// use funnel::Quota;
+/// use funnel_tower::{Error, KeyBy, RateLimitLayer};
+///
+/// let err = RateLimitLayer::builder()
+///     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::per_second(1)?)
+///     .exempt_path("health")
+///     .build()
+///     .unwrap_err();
+/// assert!(matches!(err, Error::BadExemptPath(_)));
+/// # Ok::<(), funnel::Error>(())
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -62,6 +128,10 @@ pub enum Error {
     BadPrefix(u8),
     /// The status code for denials is not a 4xx or 5xx.
     BadStatus(u16),
+    /// An exempt path does not start with `/`.
+    BadExemptPath(String),
+    /// The near-limit threshold is over 100 percent.
+    BadNearLimit(u8),
     /// funnel refused a table size.
     Funnel(funnel::Error),
 }
@@ -74,26 +144,70 @@ impl std::fmt::Display for Error {
             Error::DuplicateName(n) => write!(f, "two policies are named {n:?}"),
             Error::BadPrefix(p) => write!(f, "IPv6 prefix /{p} is longer than 128 bits"),
             Error::BadStatus(s) => write!(f, "status {s} is not a 4xx or 5xx"),
+            Error::BadExemptPath(p) => write!(f, "exempt path {p:?} does not start with '/'"),
+            Error::BadNearLimit(p) => write!(f, "near-limit threshold {p}% is over 100%"),
             Error::Funnel(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Funnel(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
-/// Which policies the `RateLimit` headers describe.
+/// Which policies the rate-limit headers describe.
+///
+/// "Closest to its limit" is **proportional**: the policy with the smallest share of its limit
+/// left, `remaining / limit` (compared exactly, in integers), so a policy with 5 of 10 left is
+/// closer than one with 50 of 1,000. Ties go to the one with fewer units left, then to the
+/// first given. On a denial it is always the denying policy.
+///
+/// # Examples
+///
+/// ```
+/// use funnel::Quota;
+/// use funnel_tower::{KeyBy, RateLimitLayer, Report};
+///
+/// let layer = RateLimitLayer::builder()
+///     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::per_second(10)?)
+///     .policy("global", KeyBy::Global, Quota::per_second(1_000)?)
+///     .report(Report::Closest)
+///     .build()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Report {
-    /// Every policy, as a list.
+    /// Every policy, as a list, in the order given.
     #[default]
     All,
-    /// Only the policy closest to its limit (the least remaining; the denying one on a denial).
+    /// Only the policy closest to its limit.
     Closest,
-    /// The legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds) of the closest policy.
+    /// The legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds, as `t`) of the
+    /// policy closest to its limit, instead of the draft's fields.
     Legacy,
 }
 
 /// Counters of one policy, each a snapshot.
+///
+/// # Examples
+///
+/// ```
+/// use funnel::Quota;
+/// use funnel_tower::{KeyBy, RateLimitLayer};
+///
+/// let layer = RateLimitLayer::builder()
+///     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::per_second(10)?)
+///     .build()?;
+/// let stats = layer.stats("ip").unwrap();
+/// assert_eq!((stats.allowed, stats.denied, stats.near_limit), (0, 0, 0));
+/// assert!(layer.stats("route").is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PolicyStats {
@@ -103,476 +217,7 @@ pub struct PolicyStats {
     pub denied: u64,
     /// In shadow mode, requests this policy would have rejected.
     pub shadow_denied: u64,
-}
-
-struct Policy {
-    name: String,
-    key: KeyBy,
-    quota: Quota,
-    limiter: Limiter<[u8], QuantaClock>,
-    /// `"name";q=..;w=..`, built once.
-    policy_field: String,
-    /// The same as a header value, for [`Report::Closest`].
-    policy_value: HeaderValue,
-    allowed: AtomicU64,
-    denied: AtomicU64,
-    shadow_denied: AtomicU64,
-}
-
-type CostFn = Arc<dyn Fn(&http::request::Parts) -> u64 + Send + Sync>;
-
-struct Shared {
-    policies: Vec<Policy>,
-    /// Every policy's field, joined: the `RateLimit-Policy` value for [`Report::All`].
-    all_policies: HeaderValue,
-    clock: QuantaClock,
-    status: StatusCode,
-    shadow: bool,
-    report: Report,
-    cost: Option<CostFn>,
-    exempt_methods: Vec<Method>,
-    exempt_paths: Vec<String>,
-}
-
-/// The layer; cheap to clone (the limiters are shared).
-#[derive(Clone)]
-pub struct RateLimitLayer {
-    shared: Arc<Shared>,
-}
-
-/// Builds a [`RateLimitLayer`].
-#[must_use]
-pub struct Builder {
-    policies: Vec<(String, KeyBy, Quota, usize)>,
-    status: u16,
-    shadow: bool,
-    report: Report,
-    cost: Option<CostFn>,
-    exempt_methods: Vec<Method>,
-    exempt_paths: Vec<String>,
-}
-
-impl RateLimitLayer {
-    /// A builder with no policy yet.
-    pub fn builder() -> Builder {
-        Builder {
-            policies: Vec::new(),
-            status: 429,
-            shadow: false,
-            report: Report::All,
-            cost: None,
-            exempt_methods: Vec::new(),
-            exempt_paths: Vec::new(),
-        }
-    }
-
-    /// The counters of the policy named `name`.
-    pub fn stats(&self, name: &str) -> Option<PolicyStats> {
-        let p = self.shared.policies.iter().find(|p| p.name == name)?;
-        // Relaxed: statistics.
-        Some(PolicyStats {
-            allowed: p.allowed.load(Ordering::Relaxed),
-            denied: p.denied.load(Ordering::Relaxed),
-            shadow_denied: p.shadow_denied.load(Ordering::Relaxed),
-        })
-    }
-}
-
-impl Builder {
-    /// Adds a named limit with a table for up to 65,536 keys in debt at once.
-    pub fn policy(self, name: impl Into<String>, key: KeyBy, quota: Quota) -> Self {
-        self.policy_with_capacity(name, key, quota, funnel::DEFAULT_CAPACITY)
-    }
-
-    /// Adds a named limit whose table holds `keys` keys (18 bytes each).
-    pub fn policy_with_capacity(
-        mut self,
-        name: impl Into<String>,
-        key: KeyBy,
-        quota: Quota,
-        keys: usize,
-    ) -> Self {
-        self.policies.push((name.into(), key, quota, keys));
-        self
-    }
-
-    /// The status of a rejection (default 429).
-    pub fn status(mut self, status: u16) -> Self {
-        self.status = status;
-        self
-    }
-
-    /// Shadow mode: evaluate, count and add headers, never reject.
-    pub fn shadow(mut self, on: bool) -> Self {
-        self.shadow = on;
-        self
-    }
-
-    /// Which policies the headers describe (default [`Report::All`]).
-    pub fn report(mut self, report: Report) -> Self {
-        self.report = report;
-        self
-    }
-
-    /// The cost of a request in units (default 1), e.g. by method or declared size.
-    pub fn cost(
-        mut self,
-        f: impl Fn(&http::request::Parts) -> u64 + Send + Sync + 'static,
-    ) -> Self {
-        self.cost = Some(Arc::new(f));
-        self
-    }
-
-    /// Requests with this method pass unlimited and uncounted.
-    pub fn exempt_method(mut self, method: Method) -> Self {
-        self.exempt_methods.push(method);
-        self
-    }
-
-    /// Requests whose path starts with `prefix` pass unlimited and uncounted.
-    pub fn exempt_path(mut self, prefix: impl Into<String>) -> Self {
-        self.exempt_paths.push(prefix.into());
-        self
-    }
-
-    /// Checks the configuration and allocates the tables.
-    ///
-    /// # Errors
-    ///
-    /// Every [`Error`] variant.
-    pub fn build(self) -> Result<RateLimitLayer, Error> {
-        if self.policies.is_empty() {
-            return Err(Error::NoPolicy);
-        }
-        let status = StatusCode::from_u16(self.status)
-            .ok()
-            .filter(|s| s.is_client_error() || s.is_server_error())
-            .ok_or(Error::BadStatus(self.status))?;
-        let clock = QuantaClock::new();
-        let mut policies: Vec<Policy> = Vec::new();
-        for (name, key, quota, keys) in self.policies {
-            let valid = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
-            if !valid {
-                return Err(Error::BadName(name));
-            }
-            if policies.iter().any(|p| p.name == name) {
-                return Err(Error::DuplicateName(name));
-            }
-            if let KeyBy::PeerIp { v6_prefix } | KeyBy::ClientIp { v6_prefix, .. } = &key {
-                if *v6_prefix > 128 {
-                    return Err(Error::BadPrefix(*v6_prefix));
-                }
-            }
-            let limiter = Limiter::<[u8]>::builder(quota)
-                .capacity(keys)
-                .clock(clock.clone())
-                .build()
-                .map_err(Error::Funnel)?;
-            let policy_field = format!(
-                "\"{name}\";q={};w={}",
-                quota.limit(),
-                ceil_secs(quota.tolerance()).max(1)
-            );
-            // The name is printable ASCII without quotes (checked above), so the field is a
-            // valid header value.
-            let policy_value = HeaderValue::try_from(policy_field.as_str())
-                .map_err(|_| Error::BadName(name.clone()))?;
-            policies.push(Policy {
-                name,
-                key,
-                quota,
-                limiter,
-                policy_field,
-                policy_value,
-                allowed: AtomicU64::new(0),
-                denied: AtomicU64::new(0),
-                shadow_denied: AtomicU64::new(0),
-            });
-        }
-        let joined: Vec<&str> = policies.iter().map(|p| p.policy_field.as_str()).collect();
-        let all_policies = HeaderValue::try_from(joined.join(", "))
-            .map_err(|_| Error::BadName(joined.join(", ")))?;
-        Ok(RateLimitLayer {
-            shared: Arc::new(Shared {
-                policies,
-                all_policies,
-                clock,
-                status,
-                shadow: self.shadow,
-                report: self.report,
-                cost: self.cost,
-                exempt_methods: self.exempt_methods,
-                exempt_paths: self.exempt_paths,
-            }),
-        })
-    }
-}
-
-impl<S> tower_layer::Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit {
-            inner,
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// The service the layer wraps around another.
-#[derive(Clone)]
-pub struct RateLimit<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
-
-/// The body of a [`RateLimit`] response: the inner service's, or the problem document of a
-/// rejection.
-pub type Body<B> = Either<B, Full<Bytes>>;
-
-impl<S, ReqBody, ResBody> tower_service::Service<Request<ReqBody>> for RateLimit<S>
-where
-    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>>,
-{
-    type Response = Response<Body<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let shared = &self.shared;
-        let exempt = shared.exempt_methods.contains(req.method())
-            || shared
-                .exempt_paths
-                .iter()
-                .any(|p| req.uri().path().starts_with(p.as_str()));
-        if exempt {
-            return ResponseFuture::Inner {
-                fut: self.inner.call(req),
-                headers: Extra::default(),
-            };
-        }
-        let (parts, body) = req.into_parts();
-        let n = shared.cost.as_ref().map_or(1, |f| f(&parts));
-        let now = shared.clock.now();
-        // One policy, the common case: decide on the key where it lies, no allocation.
-        let single;
-        let verdict;
-        let (decisions, denied_by): (&[Decision], Option<usize>) = match &shared.policies[..] {
-            [p] => {
-                single = [p.key.with_key(&parts, |k| p.limiter.check_n_at(k, n, now))];
-                let denied = (!single[0].is_allowed()).then_some(0);
-                (&single, denied)
-            }
-            policies => {
-                let keys: Vec<Vec<u8>> = policies.iter().map(|p| p.key.key(&parts)).collect();
-                let costs: Vec<_> = policies
-                    .iter()
-                    .zip(&keys)
-                    .map(|(p, k)| p.limiter.cost(k.as_slice(), n))
-                    .collect();
-                let entries: Vec<&dyn Charge> = costs.iter().map(|c| c as &dyn Charge).collect();
-                verdict = check_all(&entries, now);
-                (verdict.decisions(), verdict.denied_by())
-            }
-        };
-        let headers = headers(shared, decisions, denied_by);
-        match denied_by {
-            None => {
-                for p in &shared.policies {
-                    // Relaxed: statistics.
-                    p.allowed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Some(i) if shared.shadow => {
-                shared.policies[i]
-                    .shadow_denied
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Some(i) => {
-                shared.policies[i].denied.fetch_add(1, Ordering::Relaxed);
-                let p = &shared.policies[i];
-                return ResponseFuture::Denied {
-                    response: Some(rejection(shared.status, p, &decisions[i], headers)),
-                };
-            }
-        }
-        ResponseFuture::Inner {
-            fut: self.inner.call(Request::from_parts(parts, body)),
-            headers,
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The future of a [`RateLimit`] call.
-    #[project = Projected]
-    pub enum ResponseFuture<F> {
-        /// Waiting for the inner service; these headers go on its response.
-        Inner { #[pin] fut: F, headers: Extra },
-        /// Rejected: the response is ready.
-        Denied { response: Option<Response<Full<Bytes>>> },
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<Body<B>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            Projected::Inner { fut, headers } => {
-                let mut response = match fut.poll(cx) {
-                    Poll::Ready(Ok(r)) => r,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => return Poll::Pending,
-                };
-                for (name, value) in headers.take() {
-                    response.headers_mut().append(name, value);
-                }
-                Poll::Ready(Ok(response.map(Either::Left)))
-            }
-            Projected::Denied { response } => match response.take() {
-                Some(r) => Poll::Ready(Ok(r.map(Either::Right))),
-                // Polled again after completion: a contract breach by the caller; answer with
-                // an empty 500 rather than panicking.
-                None => {
-                    let mut r = Response::new(Either::Right(Full::new(Bytes::new())));
-                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                    Poll::Ready(Ok(r))
-                }
-            },
-        }
-    }
-}
-
-/// Whole seconds, rounded up: never earlier than the true time.
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-/// `t` of a decision: the retry time when denied, else the time until the funnel is empty.
-fn t_secs(d: &Decision) -> u64 {
-    match d.retry_after() {
-        Some(r) if !d.is_allowed() => ceil_secs(r),
-        _ => ceil_secs(d.reset_after()),
-    }
-}
-
-/// The rate-limit headers of one response: at most three, kept inline (no allocation).
-#[derive(Default)]
-pub struct Extra {
-    items: [Option<(HeaderName, HeaderValue)>; 3],
-}
-
-impl Extra {
-    fn push(&mut self, name: &'static str, value: HeaderValue) {
-        if let Some(slot) = self.items.iter_mut().find(|s| s.is_none()) {
-            *slot = Some((HeaderName::from_static(name), value));
-        }
-    }
-
-    /// The headers, leaving none behind.
-    fn take(&mut self) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
-        self.items.iter_mut().filter_map(Option::take)
-    }
-}
-
-fn headers(shared: &Shared, decisions: &[Decision], denied_by: Option<usize>) -> Extra {
-    use std::fmt::Write as _;
-    let closest = denied_by.unwrap_or_else(|| {
-        (0..decisions.len())
-            .min_by_key(|&i| decisions[i].remaining())
-            .unwrap_or(0)
-    });
-    let mut out = Extra::default();
-    match shared.report {
-        Report::Legacy => {
-            let d = &decisions[closest];
-            for (name, v) in [
-                ("x-ratelimit-limit", d.limit()),
-                ("x-ratelimit-remaining", d.remaining()),
-                ("x-ratelimit-reset", t_secs(d)),
-            ] {
-                out.push(name, HeaderValue::from(v));
-            }
-        }
-        Report::All | Report::Closest => {
-            let all = shared.report == Report::All;
-            let chosen = if all {
-                0..decisions.len()
-            } else {
-                closest..closest + 1
-            };
-            let policy = if all {
-                shared.all_policies.clone()
-            } else {
-                shared.policies[closest].policy_value.clone()
-            };
-            out.push("ratelimit-policy", policy);
-            // One buffer for the whole `RateLimit` value: `"name";r=..;t=..`, comma-separated.
-            let mut state = String::with_capacity(40 * chosen.len());
-            for i in chosen {
-                let d = &decisions[i];
-                let sep = if state.is_empty() { "" } else { ", " };
-                let _ = write!(
-                    state,
-                    "{sep}\"{}\";r={};t={}",
-                    shared.policies[i].name,
-                    d.remaining(),
-                    t_secs(d)
-                );
-            }
-            // Printable ASCII by construction (checked names, digits); `from_maybe_shared`
-            // takes the buffer without copying it.
-            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
-                out.push("ratelimit", v);
-            }
-        }
-    }
-    out
-}
-
-fn rejection(
-    status: StatusCode,
-    policy: &Policy,
-    decision: &Decision,
-    mut headers: Extra,
-) -> Response<Full<Bytes>> {
-    let retry = decision.retry_after().map(ceil_secs);
-    let detail = match retry {
-        Some(s) => format!("limit \\\"{}\\\" exceeded; retry after {s} s", policy.name),
-        None => format!(
-            "limit \\\"{}\\\" exceeded; this request costs more than the limit of {} allows",
-            policy.name,
-            policy.quota.limit()
-        ),
-    };
-    let body = format!(
-        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{detail}\"}}",
-        status.canonical_reason().unwrap_or("Rate limited"),
-        status.as_u16()
-    );
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    let h = response.headers_mut();
-    h.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    if let Some(s) = retry {
-        h.insert(RETRY_AFTER, HeaderValue::from(s));
-    }
-    for (name, value) in headers.take() {
-        h.append(name, value);
-    }
-    response
+    /// Admitted requests after which this policy was near its limit
+    /// ([`Builder::near_limit`]; always 0 without it).
+    pub near_limit: u64,
 }

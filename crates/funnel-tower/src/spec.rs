@@ -7,6 +7,9 @@
 //!   burst   the funnel's capacity (default: count)
 //! ```
 //!
+//! `count` requests per `period`: one unit comes back every `period / count` (`10/1s`: one
+//! every 100 ms), and up to `burst` requests may come at once.
+//!
 //! `ip` is the peer address (IPv6 grouped by /64 unless a prefix is given); `client` the
 //! address from `X-Forwarded-For`/`Forwarded` when the peer is a trusted proxy; the policy's
 //! name is the key part (`ip`, `route`, `x-api-key`, ...).
@@ -42,6 +45,21 @@ impl std::fmt::Display for SpecError {
 impl std::error::Error for SpecError {}
 
 /// Parses one `--limit`; `trusted` are the proxies a `client` key trusts.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel_tower::spec::parse_limit;
+///
+/// let p = parse_limit("ip=10/1s,burst=20", &[])?;
+/// assert_eq!((p.name.as_str(), p.quota.limit()), ("ip", 20));
+/// assert_eq!(p.quota.emission_interval(), Duration::from_millis(100));
+/// // Without a burst, the burst is the count.
+/// assert_eq!(parse_limit("route=1000/60s", &[])?.quota.limit(), 1000);
+/// assert!(parse_limit("ip=10/1y", &[]).is_err());
+/// # Ok::<(), funnel_tower::spec::SpecError>(())
+/// ```
 ///
 /// # Errors
 ///

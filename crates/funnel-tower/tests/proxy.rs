@@ -1,0 +1,409 @@
+//! The example proxy as a real process, in front of a real upstream on loopback, driven by a
+//! real HTTP client: what an operator running `examples/proxy.rs` gets.
+//!
+//! The binary is the one cargo builds from `examples/proxy.rs` (`cargo test` builds the
+//! examples before it runs the tests). When it is missing or older than the crate's sources,
+//! as after `cargo test --test proxy`, the test builds it with cargo, into the same target
+//! directory and profile. The proxy stays an example, so hyper, tokio and tower_governor stay
+//! dev-dependencies; the library pulls none of them.
+//!
+//! The upstream is a hyper server in this test process that counts the requests reaching it,
+//! so the tests see what the proxy forwarded, not only what it answered.
+
+mod common;
+
+use std::io::BufRead as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use common::{client_from, draft_fields, member, request, send, Reply};
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+
+/// `target/<profile>/examples/proxy`, built if missing or stale.
+fn proxy_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        // This test runs as target/<profile>/deps/proxy-<hash>.
+        let exe = std::env::current_exe().expect("the test's own path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let binary = profile_dir
+            .join("examples")
+            .join(format!("proxy{}", std::env::consts::EXE_SUFFIX));
+        if !is_fresh(&binary) {
+            build_proxy(profile_dir);
+        }
+        assert!(binary.exists(), "no proxy binary at {}", binary.display());
+        binary
+    })
+}
+
+/// Newer than every source file of this crate and of funnel's core.
+fn is_fresh(binary: &Path) -> bool {
+    let Ok(built) = binary.metadata().and_then(|m| m.modified()) else {
+        return false;
+    };
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = [
+        crate_dir.join("src"),
+        crate_dir.join("examples"),
+        crate_dir.join("Cargo.toml"),
+        crate_dir.join("../../src"),
+    ];
+    sources.iter().all(|p| newest(p) <= built)
+}
+
+fn newest(path: &Path) -> SystemTime {
+    let own = path
+        .metadata()
+        .and_then(|m| m.modified())
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    match std::fs::read_dir(path) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| newest(&e.path()))
+            .fold(own, SystemTime::max),
+        Err(_) => own,
+    }
+}
+
+fn build_proxy(profile_dir: &Path) {
+    let target_dir = profile_dir.parent().expect("the target directory");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "funnel-tower",
+        "--example",
+        "proxy",
+    ])
+    .env("CARGO_TARGET_DIR", target_dir);
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+        None => panic!("no profile in {}", profile_dir.display()),
+    }
+    let status = cmd.status().expect("cargo runs");
+    assert!(
+        status.success(),
+        "building the example proxy failed: run `cargo build -p funnel-tower --example proxy`"
+    );
+}
+
+/// A running proxy; killed when dropped.
+struct Proxy {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the proxy on a free port of `host` in front of `upstream`, with `args`.
+fn start_proxy(host: &str, upstream: SocketAddr, args: &[&str]) -> Proxy {
+    let mut child = Command::new(proxy_binary())
+        .args(["--listen", &format!("{host}:0")])
+        .args(["--upstream", &format!("http://{upstream}")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the proxy starts");
+    // Its first line on stderr: "proxy: listening on <addr> -> ...".
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let _ = tx.send(lines.next());
+        // Keep draining, so the proxy never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Some(Ok(line))) => line,
+        other => {
+            let _ = child.kill();
+            panic!("the proxy did not say where it listens: {other:?}");
+        }
+    };
+    let addr = line
+        .strip_prefix("proxy: listening on ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    Proxy { child, addr }
+}
+
+/// The upstream: answers 200 "upstream" and counts what reached it.
+async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
+                    // Relaxed: a count read after the requests are answered.
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    async {
+                        let body = Full::new(Bytes::from_static(b"upstream"));
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, hits)
+}
+
+/// GET `path` through the proxy from the loopback address `from`.
+async fn get(proxy: &Proxy, from: &str, path: &str, headers: &[(&str, &[u8])]) -> Reply {
+    let from: IpAddr = from.parse().unwrap();
+    send(&client_from(Some(from)), request(proxy.addr, path, headers)).await
+}
+
+fn hits(counter: &AtomicUsize) -> usize {
+    counter.load(Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_exactly_per_key_under_concurrent_clients() {
+    let (up, reached) = upstream().await;
+    let proxy = start_proxy("127.0.0.1", up, &["--limit", "ip=5/1h"]);
+    let mut tasks = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        for _ in 0..4 {
+            let addr = proxy.addr;
+            tasks.push(tokio::spawn(async move {
+                let client = client_from(Some(from.parse().unwrap()));
+                let mut ok = 0;
+                for _ in 0..5 {
+                    let r = send(&client, request(addr, "/", &[])).await;
+                    draft_fields(&r);
+                    match r.status {
+                        StatusCode::OK => ok += 1,
+                        StatusCode::TOO_MANY_REQUESTS => {
+                            assert_eq!(r.header("retry-after"), Some("720"));
+                        }
+                        s => panic!("status {s}"),
+                    }
+                }
+                (from, ok)
+            }));
+        }
+    }
+    let mut admitted = std::collections::BTreeMap::new();
+    for t in tasks {
+        let (from, ok) = t.await.unwrap();
+        *admitted.entry(from).or_insert(0) += ok;
+    }
+    // 20 requests from each address, exactly 5 admitted for each.
+    assert_eq!(admitted.values().copied().collect::<Vec<_>>(), [5, 5, 5]);
+    assert_eq!(
+        hits(&reached),
+        15,
+        "only admitted requests reach the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_parse_as_structured_fields_with_the_limits_given() {
+    let (up, _) = upstream().await;
+    let proxy = start_proxy(
+        "127.0.0.1",
+        up,
+        &["--limit", "ip=10/1s,burst=20", "--limit", "route=1000/60s"],
+    );
+    let r = get(&proxy, "127.0.0.1", "/a", &[]).await;
+    assert_eq!((r.status, r.body.as_str()), (StatusCode::OK, "upstream"));
+    let (policy, state) = draft_fields(&r);
+    // q the burst, w the seconds a full funnel takes to drain (20 x 100 ms; 1000 x 60 ms).
+    assert_eq!((policy[0].name.as_str(), policy[0].get("q")), ("ip", 20));
+    assert_eq!(policy[0].get("w"), 2);
+    assert_eq!(
+        (policy[1].name.as_str(), policy[1].get("q")),
+        ("route", 1000)
+    );
+    assert_eq!(policy[1].get("w"), 60);
+    assert_eq!(member(&state, "ip").get("r"), 19);
+    assert_eq!(member(&state, "route").get("r"), 999);
+    assert_eq!(member(&state, "ip").get("t"), 1);
+
+    let legacy = start_proxy("127.0.0.1", up, &["--limit", "ip=3/1h", "--legacy-headers"]);
+    let r = get(&legacy, "127.0.0.1", "/", &[]).await;
+    assert_eq!(r.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("2"));
+    assert_eq!(r.header("x-ratelimit-reset"), Some("1200"));
+    assert!(r.header("ratelimit").is_none());
+}
+
+/// A peer that is IPv6 ([::1]): its key is its /64, and a trusted IPv6 proxy's forwarded
+/// IPv6 clients are grouped by /64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_peers_and_forwarded_ipv6_clients_are_grouped_by_64() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED: this machine has no IPv6 loopback ([::1]); the IPv6 path is not run");
+        return;
+    }
+    let (up, _) = upstream().await;
+    let proxy = start_proxy("[::1]", up, &["--limit", "ip=2/1h"]);
+    assert!(proxy.addr.is_ipv6());
+    for expected in [200, 200, 429] {
+        let r = get(&proxy, "::1", "/", &[]).await;
+        assert_eq!(r.status.as_u16(), expected);
+        draft_fields(&r);
+    }
+
+    let proxy = start_proxy("[::1]", up, &["--trust", "::1", "--limit", "client=2/1h"]);
+    let xff = |ip: &'static str| [("x-forwarded-for", ip.as_bytes())];
+    let status = |r: Reply| r.status.as_u16();
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &xff("2001:db8::1")).await),
+        200
+    );
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &xff("2001:db8::2")).await),
+        200
+    );
+    // Another address in the same /64: the same funnel, spent.
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &xff("2001:db8::ffff:1")).await),
+        429
+    );
+    // The next /64, through Forwarded as well: its own funnel.
+    let fwd = [("forwarded", &br#"for="[2001:db8:0:1::1]:4711""#[..])];
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &xff("2001:db8:0:1::9")).await),
+        200
+    );
+    assert_eq!(status(get(&proxy, "::1", "/", &fwd).await), 200);
+    assert_eq!(status(get(&proxy, "::1", "/", &fwd).await), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_count_only_from_a_trusted_proxy() {
+    let (up, _) = upstream().await;
+    let proxy = start_proxy(
+        "127.0.0.1",
+        up,
+        &["--trust", "127.0.0.2", "--limit", "client=1/1h"],
+    );
+    let xff = |ip: &'static str| [("x-forwarded-for", ip.as_bytes())];
+    let status = |r: Reply| r.status.as_u16();
+    // Through the trusted proxy 127.0.0.2: one funnel per forwarded client.
+    assert_eq!(
+        status(get(&proxy, "127.0.0.2", "/", &xff("192.0.2.1")).await),
+        200
+    );
+    assert_eq!(
+        status(get(&proxy, "127.0.0.2", "/", &xff("192.0.2.2")).await),
+        200
+    );
+    assert_eq!(
+        status(get(&proxy, "127.0.0.2", "/", &xff("192.0.2.1")).await),
+        429
+    );
+    // A malformed header from it: the proxy's own address, once.
+    assert_eq!(
+        status(get(&proxy, "127.0.0.2", "/", &xff("garbage")).await),
+        200
+    );
+    let raw = [("x-forwarded-for", &b"\xff\xfe"[..])];
+    assert_eq!(status(get(&proxy, "127.0.0.2", "/", &raw).await), 429);
+    // From 127.0.0.3, not trusted: the header is ignored, every request is the peer's.
+    assert_eq!(
+        status(get(&proxy, "127.0.0.3", "/", &xff("192.0.2.3")).await),
+        200
+    );
+    assert_eq!(
+        status(get(&proxy, "127.0.0.3", "/", &xff("192.0.2.4")).await),
+        429
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_forwards_everything_and_still_reports() {
+    let (up, reached) = upstream().await;
+    let proxy = start_proxy("127.0.0.1", up, &["--shadow", "--limit", "ip=2/1h"]);
+    for i in 0..5 {
+        let r = get(&proxy, "127.0.0.1", "/", &[]).await;
+        assert_eq!((r.status, r.body.as_str()), (StatusCode::OK, "upstream"));
+        assert!(r.header("retry-after").is_none());
+        let (_, state) = draft_fields(&r);
+        assert_eq!(member(&state, "ip").get("r"), 1 - i.min(1), "request {i}");
+    }
+    assert_eq!(hits(&reached), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_are_charged_all_or_nothing() {
+    let (up, reached) = upstream().await;
+    let proxy = start_proxy(
+        "127.0.0.1",
+        up,
+        &["--limit", "ip=10/1h", "--limit", "route=2/1h"],
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(get(&proxy, "127.0.0.1", "/a", &[]).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+    let r = get(&proxy, "127.0.0.1", "/b", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // The three denials charged nothing to ip: 3 of 10 used.
+    assert_eq!(member(&draft_fields(&r).1, "ip").get("r"), 7);
+    assert_eq!(hits(&reached), 3);
+}
+
+#[test]
+fn help_explains_the_limit_syntax_and_bad_limits_exit_2() {
+    let out = Command::new(proxy_binary()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needed in [
+        "<key>=<count>/<period>[,burst=<n>]",
+        "defaults to\n                           count",
+        "<n>ms | <n>s | <n>m | <n>h (a bare number is seconds)",
+        "--trust",
+        "--shadow",
+    ] {
+        assert!(help.contains(needed), "--help lacks {needed:?}:\n{help}");
+    }
+    let out = Command::new(proxy_binary())
+        .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=10/1y"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("ip=10/1y") && err.contains("bad period"),
+        "{err}"
+    );
+}

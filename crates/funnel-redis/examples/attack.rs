@@ -10,8 +10,9 @@
 //! * Allowing: 10,000 keys, each allowed 1,000 per hour, uniformly: nothing is denied.
 //! * Abusive 90%: 90% of the requests from 10 abusive keys (limit 10 per hour each, so they
 //!   are denied almost always), 10% from legitimate keys that never repeat (so always allowed,
-//!   and always a round trip). The cache can skip at most the 90%: its cut is below 10×.
-//! * Abusive 99%: the same with 99% of the requests from the abusers (a flood): at most 100×.
+//!   and always a round trip). The cache can skip at most the abusers' requests: its cut is
+//!   capped at about 10× (the inverse of the legitimate share the stream draws).
+//! * Abusive 99%: the same with 99% of the requests from the abusers (a flood): about 100×.
 //!
 //! The cut is computed from the raw counts: (round trips without ÷ decisions without) ÷
 //! (round trips with ÷ decisions with), nothing rounded before the division.

@@ -1,6 +1,7 @@
 //! Redis-backed competitors for funnel's comparison harness.
 //!
-//! * [`RedisServer`]: a private `redis-server` on a free 127.0.0.1 port, no persistence, killed on drop.
+//! * The server is the test kit's [`RedisServer`] (`funnel_testkit::redis_server`): a private
+//!   `redis-server` on a free 127.0.0.1 port, no persistence, killed on drop.
 //! * [`RedisAlgo`]: four ways people rate-limit with Redis, as commonly published:
 //!   a Lua token bucket, a sorted-set sliding-window log, a GCRA script with CL.THROTTLE
 //!   semantics, and a non-atomic read-compute-write of a funnel kept in a hash.
@@ -14,245 +15,21 @@
 //! keys so the algorithms (which store different Redis types) never collide; `memory_per_key`
 //! flushes the database and uses bare keys. All traffic stays on 127.0.0.1. NaiveHash has no
 //! script: it computes in the client, with the client's wall clock in ms (as the usual Java funnel does).
-//! The server dies with `RedisServer`'s drop, also on an error or a panic; only a signal that kills
-//! this process outright (SIGKILL, an unhandled Ctrl-C) leaves it running: its temp dir
-//! (`funnel-redis-<our pid>-<port>-...`) and port say which one it is.
 //! Written for the `redis` crate 0.27 (sync `Connection`, `default-features = false, features = ["script"]`).
 
 // The harness may use only part of this module; unused items are not a bug here.
 #![allow(dead_code)]
 
-use std::fs;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use funnel_testkit::redis_server::info_field_on;
+pub use funnel_testkit::redis_server::RedisServer;
 use redis::{Connection, Pipeline, Value};
 
-// ---- The server ----
-
-/// A private redis-server on a loopback port, started by us, no persistence, killed on drop.
-pub struct RedisServer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    version: String,
-    client: redis::Client,
-}
-
-impl RedisServer {
-    /// Ok(None) when `redis-server` is not on PATH (caller prints a clear message and runs in-process rows only).
-    /// Picks a free 127.0.0.1 port, runs with `--save '' --appendonly no --bind 127.0.0.1 --port P` and a temp
-    /// dir, waits until PING answers (bounded wait, error if it never does). Tries up to 3 ports, in case
-    /// another process takes the free port between our probe and the server's bind.
-    pub fn start() -> Result<Option<RedisServer>, String> {
-        let Some(bin) = find_on_path("redis-server") else {
-            return Ok(None);
-        };
-        let mut last_err = String::new();
-        for _ in 0..3 {
-            match Self::start_once(&bin) {
-                Ok(server) => return Ok(Some(server)),
-                Err(e) => last_err = e,
-            }
-        }
-        Err(format!(
-            "redis-server ({}) failed to start 3 times; last error: {last_err}",
-            bin.display()
-        ))
-    }
-
-    fn start_once(bin: &Path) -> Result<RedisServer, String> {
-        let probe = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
-        let port = probe
-            .map_err(|e| format!("no free loopback port: {e}"))?
-            .port();
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "funnel-redis-{}-{port}-{nanos}",
-            std::process::id()
-        ));
-        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .map_err(|e| format!("bad redis url for port {port}: {e}"))?;
-        let spawned = Command::new(bin)
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ])
-            .arg("--port")
-            .arg(port.to_string())
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = spawned.map_err(|e| {
-            let _ = fs::remove_dir_all(&dir);
-            format!("cannot run {}: {e}", bin.display())
-        })?;
-        // From here on `Drop` kills the child and removes the directory on every early return.
-        let mut server = RedisServer {
-            child,
-            port,
-            dir,
-            version: String::new(),
-            client,
-        };
-        server.wait_ready(Duration::from_secs(10))?;
-        server.version = info_field_on(&mut server.connect()?, "server", "redis_version")?;
-        Ok(server)
-    }
-
-    /// Polls PING until it answers PONG, the child exits, or `limit` passes.
-    fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!(
-                    "redis-server exited at start ({status}); log: {}",
-                    self.log_tail()
-                ));
-            }
-            if let Ok(mut con) = self
-                .client
-                .get_connection_with_timeout(Duration::from_millis(200))
-            {
-                let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
-                if let Ok(reply) = redis::cmd("PING").query::<String>(&mut con) {
-                    // Make sure it is OUR server that answers, not another one that took the port.
-                    let pid = info_field_on(&mut con, "server", "process_id")?;
-                    if reply == "PONG" && pid == self.child.id().to_string() {
-                        return Ok(());
-                    }
-                    return Err(format!(
-                        "port {} is answered by another redis-server (pid {pid})",
-                        self.port
-                    ));
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "redis-server on port {} did not answer PING within {limit:?}; log: {}",
-                    self.port,
-                    self.log_tail()
-                ));
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(5)..].join(" | ")
-    }
-
-    /// A fresh connection with bounded connect, read and write times.
-    fn connect(&self) -> Result<Connection, String> {
-        let con = self
-            .client
-            .get_connection_with_timeout(Duration::from_secs(2))
-            .map_err(|e| format!("cannot connect to redis on 127.0.0.1:{}: {e}", self.port))?;
-        con.set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| format!("set_read_timeout: {e}"))?;
-        con.set_write_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| format!("set_write_timeout: {e}"))?;
-        Ok(con)
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// From `INFO server` (`redis_version`), read once at start.
-    pub fn version(&self) -> String {
-        self.version.clone()
-    }
-
-    /// `used_memory` from `INFO memory`, in bytes.
-    pub fn used_memory(&self) -> Result<u64, String> {
-        used_memory_on(&mut self.connect()?)
-    }
-
-    pub fn flushall(&self) -> Result<(), String> {
-        redis::cmd("FLUSHALL")
-            .query::<()>(&mut self.connect()?)
-            .map_err(|e| format!("FLUSHALL: {e}"))
-    }
-}
-
-impl Drop for RedisServer {
-    /// SHUTDOWN NOSAVE, wait up to 2 s, then kill if it is still there; always reap and remove the temp dir.
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            if let Ok(mut con) = self
-                .client
-                .get_connection_with_timeout(Duration::from_millis(500))
-            {
-                let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
-                // The server closes the connection instead of replying: an error here is normal.
-                let _ = redis::cmd("SHUTDOWN")
-                    .arg("NOSAVE")
-                    .query::<Value>(&mut con);
-            }
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(10));
-            }
-            if matches!(self.child.try_wait(), Ok(None)) {
-                let _ = self.child.kill();
-            }
-        }
-        let _ = self.child.wait();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|cand| is_executable(cand))
-}
-
-fn is_executable(p: &Path) -> bool {
-    #[cfg(unix)]
-    use std::os::unix::fs::PermissionsExt;
-    #[cfg(unix)]
-    return fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false);
-    #[cfg(not(unix))]
-    return p.is_file();
-}
-
-fn info_field_on(con: &mut Connection, section: &str, field: &str) -> Result<String, String> {
-    let text: String = redis::cmd("INFO")
-        .arg(section)
-        .query(con)
-        .map_err(|e| format!("INFO {section}: {e}"))?;
-    let prefix = format!("{field}:");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_string()))
-        .ok_or_else(|| format!("INFO {section} has no field {field}"))
-}
+// ---- Server memory ----
 
 fn used_memory_on(con: &mut Connection) -> Result<u64, String> {
     let v = info_field_on(con, "memory", "used_memory")?;
@@ -487,7 +264,7 @@ fn load_script(server: &RedisServer, algo: RedisAlgo) -> Result<String, String> 
     let Some(src) = algo.parts().1 else {
         return Ok(String::new());
     };
-    let mut con = server.connect()?;
+    let mut con = server.connection()?;
     redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(src)
@@ -516,7 +293,7 @@ impl<'a> Decider<'a> {
         sha: &'a str,
         params: &'a Params,
     ) -> Result<Self, String> {
-        let con = server.connect()?;
+        let con = server.connection()?;
         let conn_tag = CONN_SEQ.fetch_add(1, Ordering::Relaxed);
         Ok(Decider {
             con,
@@ -679,7 +456,7 @@ pub(crate) fn gcra_throttle(
     };
     let p = Params::new(RedisAlgo::Gcra, quota)?;
     let sha = load_script(server, RedisAlgo::Gcra)?;
-    let mut con = server.connect()?;
+    let mut con = server.connection()?;
     let reply: Vec<i64> = redis::cmd("EVALSHA")
         .arg(&sha)
         .arg(1)
@@ -886,7 +663,7 @@ pub fn over_admission(
         1,
         StopAt::Requests(per_thread),
     );
-    let deleted = server.connect().and_then(|mut con| {
+    let deleted = server.connection().and_then(|mut con| {
         redis::cmd("DEL")
             .arg(format!("{}:{key}", algo.label()))
             .query::<()>(&mut con)

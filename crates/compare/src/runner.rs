@@ -23,6 +23,9 @@ pub struct Run {
     pub legit: u64,
     pub wrongly_admitted: u64,
     pub wrongly_denied: u64,
+    /// funnel-redis rows only: Redis round trips of the run (replies received), raw, so that
+    /// ratios are taken from counts rather than from rounded rates.
+    pub round_trips: u64,
     /// Share of the run's thread-time its threads spent on a CPU (from
     /// /proc/thread-self/schedstat; NaN where that is not available). Under 1 when other work
     /// took the CPUs.

@@ -14,16 +14,26 @@
 //!   stored TAT and the server's time with `funnel::Quota::decide_at`, the very function the
 //!   in-process limiter uses, and checks that both agree on allowed or not.
 //!
-//! `ARGV`: emission interval (µs), tolerance (µs), limit, cost. A key holding another type
-//! makes `GET` fail with `WRONGTYPE`: a typed error, never a silent overwrite.
+//! `ARGV`: emission interval (µs), tolerance (µs), limit, cost, and optionally `now` (µs since
+//! the Unix epoch) in place of the server's `TIME`. Only `RedisLimiter::check_n_at` (cargo
+//! feature `injected-time`, for tests) passes it: the arithmetic can then be checked against the
+//! reference model at the replay file's own timestamps. The key's expiry (`PX`) is still
+//! measured by the server's real clock, so a test that injects times keeps its keys' TTLs longer
+//! than the test takes. A key holding another type makes `GET` fail with `WRONGTYPE`: a typed
+//! error, never a silent overwrite.
 
 pub(crate) const GCRA: &str = r#"
 local t = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now
+if ARGV[5] then
+  now = tonumber(ARGV[5])
+else
+  local clock = redis.call('TIME')
+  now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
 local stored = redis.call('GET', KEYS[1])
 local tat = 0
 if stored then tat = tonumber(stored) end

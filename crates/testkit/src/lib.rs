@@ -7,6 +7,8 @@
 //!   as a competitor;
 //! * [`fuzz`] (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
 //!   replay test;
+//! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
+//!   them) for funnel-redis's tests and example and the harness's Redis rows;
 //! * [`workload`] (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
 //! Not published; not part of the library.
@@ -16,6 +18,8 @@ pub mod fuzz;
 pub mod memory;
 pub mod model;
 pub mod mutex_map;
+#[cfg(feature = "redis")]
+pub mod redis_server;
 pub mod rng;
 #[cfg(feature = "bench")]
 pub mod workload;

@@ -1,0 +1,217 @@
+//! [`Builder`]: the settings of a [`RedisLimiter`], checked once.
+
+use std::time::Duration;
+
+use funnel::Quota;
+use redis::Value;
+
+use crate::cache::{DenyCache, Monotonic};
+use crate::error::Error;
+use crate::limiter::Call;
+use crate::link::{Link, Target};
+use crate::policy::{Counters, OnFailure, Policy};
+use crate::{cell, script, Backend, RedisLimiter};
+
+/// Builds a [`RedisLimiter`].
+#[must_use]
+pub struct Builder {
+    urls: Vec<String>,
+    #[cfg(feature = "cluster")]
+    cluster: bool,
+    quota: Quota,
+    backend: Backend,
+    prefix: String,
+    hash_tag: bool,
+    timeout: Duration,
+    connect_timeout: Duration,
+    on_failure: OnFailure,
+    cache_capacity: usize,
+}
+
+impl RedisLimiter {
+    /// A builder for a limiter on the Redis at `url` (`redis://host:port/db`) with `quota`.
+    pub fn builder(url: impl Into<String>, quota: Quota) -> Builder {
+        Builder {
+            urls: vec![url.into()],
+            #[cfg(feature = "cluster")]
+            cluster: false,
+            quota,
+            backend: Backend::Script,
+            prefix: "funnel:".into(),
+            hash_tag: false,
+            timeout: Duration::from_millis(10),
+            connect_timeout: Duration::from_secs(1),
+            on_failure: OnFailure::Closed,
+            cache_capacity: 0,
+        }
+    }
+}
+
+impl Builder {
+    /// The prefix of every Redis key (default `funnel:`); instances sharing limits share it.
+    /// Limiters with different backends must not share a prefix: the script keeps arrival
+    /// times in microseconds, `CL.THROTTLE` in nanoseconds.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Wraps the caller's key in a hash tag (`prefix{key}`), so the key's slot in a Redis
+    /// Cluster depends on the caller's key alone, not on the prefix. Every request touches
+    /// one Redis key, so a cluster works without it; it matters only to keep the funnels of one
+    /// caller's key under several prefixes (several limits) on one node.
+    pub fn hash_tag(mut self, on: bool) -> Self {
+        self.hash_tag = on;
+        self
+    }
+
+    /// How long a decision may wait for Redis, connecting included, before the failure policy
+    /// answers (default 10 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long one attempt to connect may take, and how long [`build`](Self::build) waits
+    /// for the first one (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// What to answer when Redis cannot decide (default [`OnFailure::Closed`]).
+    pub fn on_failure(mut self, policy: OnFailure) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// A local deny cache for up to `keys` keys (0, the default, turns it off).
+    pub fn deny_cache(mut self, keys: usize) -> Self {
+        self.cache_capacity = keys;
+        self
+    }
+
+    /// How Redis decides (default [`Backend::Script`]).
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// A Redis Cluster, reached through `seeds` (any of its nodes), instead of the single
+    /// server given to [`RedisLimiter::builder`]. Cargo feature `cluster`.
+    #[cfg(feature = "cluster")]
+    pub fn cluster(mut self, seeds: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.urls = seeds.into_iter().map(Into::into).collect();
+        self.cluster = true;
+        self
+    }
+
+    /// Checks the settings, starts connecting, and waits for the first attempt to end
+    /// (at most the connect timeout). Redis being down does not fail the build, except under
+    /// [`OnFailure::Report`]: the limiter answers by its policy and connects in the background.
+    /// Needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SubMicrosecondQuota`], [`Error::NotCellQuota`], [`Error::Funnel`] for a bad
+    /// cache size or fallback quota, [`Error::InvalidUrl`]; [`Error::CellModuleMissing`] when
+    /// [`Backend::Cell`] is chosen, Redis answers, and `MODULE LIST` does not list redis-cell;
+    /// [`Error::Connect`] under [`OnFailure::Report`] when the first attempt fails.
+    pub async fn build(self) -> Result<RedisLimiter, Error> {
+        let t_ns = self.quota.emission_interval().as_nanos();
+        if t_ns % 1_000 != 0 {
+            return Err(Error::SubMicrosecondQuota {
+                emission_interval_ns: t_ns,
+            });
+        }
+        let call = match self.backend {
+            Backend::Script => Call::Script {
+                sha: redis::Script::new(script::GCRA).get_hash().to_string(),
+                t_us: u64::try_from(t_ns / 1_000).unwrap_or(u64::MAX),
+                tau_us: u64::try_from(self.quota.tolerance().as_nanos() / 1_000)
+                    .unwrap_or(u64::MAX),
+            },
+            Backend::Cell => Call::Cell {
+                arguments: cell::cl_arguments(&self.quota)?,
+            },
+        };
+        let policy = Policy::new(self.on_failure, self.quota)?;
+        let cache = match self.cache_capacity {
+            0 => None,
+            keys => Some(DenyCache::new(self.quota, keys)?),
+        };
+        let link = Link::start(self.target()?);
+        let connected = tokio::time::timeout(self.connect_timeout, link.first_attempt())
+            .await
+            .is_ok()
+            && link.current().is_some();
+        let limiter = RedisLimiter {
+            link,
+            call,
+            quota: self.quota,
+            prefix: self.prefix,
+            hash_tag: self.hash_tag,
+            timeout: self.timeout,
+            policy,
+            cache,
+            clock: Monotonic::new(),
+            counters: Counters::default(),
+        };
+        if !connected && limiter.policy.on_failure() == OnFailure::Report {
+            return Err(Error::Connect {
+                reason: limiter
+                    .link
+                    .last_error()
+                    .unwrap_or_else(|| format!("no connection within {:?}", self.connect_timeout)),
+            });
+        }
+        if connected && self.backend == Backend::Cell {
+            // Where MODULE LIST is not allowed (some managed services), the first
+            // CL.THROTTLE tells instead.
+            if let Ok(false) = limiter.redis_cell_loaded().await {
+                return Err(Error::CellModuleMissing);
+            }
+        }
+        Ok(limiter)
+    }
+
+    fn target(&self) -> Result<Target, Error> {
+        #[cfg(feature = "cluster")]
+        if self.cluster {
+            let client = redis::cluster::ClusterClient::builder(self.urls.clone())
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.timeout.max(Duration::from_millis(1)) * 4)
+                .retries(2)
+                .build()
+                .map_err(Error::InvalidUrl)?;
+            return Ok(Target::Cluster(client));
+        }
+        let url = self.urls.first().map_or("", String::as_str);
+        let client = redis::Client::open(url).map_err(Error::InvalidUrl)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(self.connect_timeout)
+            .set_response_timeout(self.timeout.max(Duration::from_millis(1)) * 4)
+            .set_number_of_retries(2);
+        Ok(Target::Single(client, config))
+    }
+}
+
+/// Whether a `MODULE LIST` reply lists the redis-cell module (`name` `redis-cell`).
+pub(crate) fn lists_redis_cell(reply: &Value) -> bool {
+    let Value::Array(modules) = reply else {
+        return false;
+    };
+    modules.iter().any(|module| {
+        let fields: Vec<&Value> = match module {
+            Value::Array(fields) => fields.iter().collect(),
+            Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => return false,
+        };
+        fields.windows(2).any(|pair| {
+            matches!(pair, [Value::BulkString(k), Value::BulkString(v)]
+                if k.as_slice() == b"name" && v.as_slice() == b"redis-cell")
+                || matches!(pair, [Value::SimpleString(k), Value::SimpleString(v)]
+                if k == "name" && v == "redis-cell")
+        })
+    })
+}

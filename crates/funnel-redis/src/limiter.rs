@@ -1,0 +1,635 @@
+//! [`RedisLimiter`]: where a decision happens. A request goes to the deny cache, then to Redis
+//! (the script or `CL.THROTTLE`) within the timeout, then, when Redis cannot decide, to the
+//! failure policy.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use funnel::{Outcome, Quota, Timestamp};
+use redis::{Cmd, Value};
+
+use crate::cache::{DenyCache, Monotonic};
+use crate::error::{came_back, sort, Error, Failure, Sorted};
+use crate::link::{Conn, Link};
+use crate::policy::{Counters, Policy};
+use crate::script::{self, Verdict};
+use crate::{cell, Backend, Checked, Source, Stats};
+
+/// A funnel limiter whose state lives in Redis, shared by every instance that uses the same
+/// Redis and key prefix. See the crate documentation.
+pub struct RedisLimiter {
+    pub(crate) link: Arc<Link>,
+    pub(crate) call: Call,
+    pub(crate) quota: Quota,
+    pub(crate) prefix: String,
+    pub(crate) hash_tag: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) policy: Policy,
+    pub(crate) cache: Option<DenyCache>,
+    pub(crate) clock: Monotonic,
+    pub(crate) counters: Counters,
+}
+
+impl std::fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("backend", &self.backend())
+            .field("quota", &self.quota)
+            .field("prefix", &self.prefix)
+            .field("hash_tag", &self.hash_tag)
+            .field("timeout", &self.timeout)
+            .field("on_failure", &self.policy.on_failure())
+            .field("deny_cache", &self.cache.is_some())
+            .field("connected", &self.link.current().is_some())
+            .finish()
+    }
+}
+
+/// How a request is put to Redis.
+pub(crate) enum Call {
+    /// The script, with the quota's emission interval and tolerance in µs.
+    Script { sha: String, t_us: u64, tau_us: u64 },
+    /// `CL.THROTTLE` with `[max_burst, count, period_s]`.
+    Cell { arguments: [i64; 3] },
+}
+
+/// One key's answer, or why there is none yet.
+type Slot = Option<Result<Checked, Error>>;
+
+impl RedisLimiter {
+    /// One unit request for `key`.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when Redis answers with something retrying will not fix (a key of another
+    /// type, a script error, ...); [`Error::Unavailable`] only under
+    /// [`OnFailure::Report`](crate::OnFailure::Report). Every other [`Failure`] is answered by
+    /// the policy, within the timeout.
+    pub async fn check(&self, key: &str) -> Result<Checked, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// A request of `n` units for `key` (`n = 0` peeks).
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check).
+    pub async fn check_n(&self, key: &str, n: u64) -> Result<Checked, Error> {
+        self.decide(key, n, None).await
+    }
+
+    /// [`check_n`](Self::check_n) with the script run at `now` (truncated to the microsecond)
+    /// instead of the server's `TIME`: for tests that compare the script's arithmetic with a
+    /// reference at given times. The deny cache is neither read nor written. Cargo feature
+    /// `injected-time`; never for production, where one clock for the whole fleet is the point.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); [`Error::InjectedTimeUnsupported`] with
+    /// [`Backend::Cell`].
+    #[cfg(feature = "injected-time")]
+    pub async fn check_n_at(&self, key: &str, n: u64, now: Timestamp) -> Result<Checked, Error> {
+        if matches!(self.call, Call::Cell { .. }) {
+            return Err(Error::InjectedTimeUnsupported);
+        }
+        self.decide(key, n, Some(now.as_nanos() / 1_000)).await
+    }
+
+    async fn decide(&self, key: &str, n: u64, now_us: Option<u64>) -> Result<Checked, Error> {
+        let sent = self.clock.now();
+        if now_us.is_none() {
+            if let Some(checked) = self.cached(key, n, sent) {
+                return Ok(checked);
+            }
+        }
+        let redis_key = self.redis_key(key);
+        let reply = tokio::time::timeout(self.timeout, self.one(&redis_key, n, now_us)).await;
+        let sorted = match reply {
+            Ok(Ok(value)) => return self.read(key, n, sent, value, now_us.is_none()),
+            Ok(Err(sorted)) => sorted,
+            Err(_elapsed) => Sorted::Failure(self.elapsed()),
+        };
+        self.failed(key, n, sorted)
+    }
+
+    /// Why the timeout ran out: waiting for a connection, or for a reply.
+    fn elapsed(&self) -> Failure {
+        if self.link.current().is_none() {
+            Failure::Connection
+        } else {
+            Failure::Timeout
+        }
+    }
+
+    /// One request to Redis: the command, and when the script is not loaded (a new or
+    /// restarted server), the same request as `EVAL`, which loads it.
+    async fn one(&self, redis_key: &str, n: u64, now_us: Option<u64>) -> Result<Value, Sorted> {
+        let Some((generation, mut conn)) = self.link.get().await else {
+            return Err(Sorted::Failure(Failure::Connection));
+        };
+        let first = conn
+            .command(&self.command(redis_key, n, now_us, false))
+            .await;
+        match self.sorted(first, redis_key, generation) {
+            Err(Sorted::NoScript) => {
+                let again = conn
+                    .command(&self.command(redis_key, n, now_us, true))
+                    .await;
+                self.sorted(again, redis_key, generation)
+            }
+            other => other,
+        }
+    }
+
+    /// A request of `n` units for each of `keys`, in order: the keys the deny cache can answer
+    /// are answered here, the others go to Redis in one pipeline, one round trip (each still
+    /// decided atomically by Redis, in order). On a cluster connection, one pipeline per hash
+    /// slot, sent concurrently. One answer per key, in order; a key's error (say `WRONGTYPE`)
+    /// is that key's alone. The whole call is bounded by the timeout; a key whose pipeline did
+    /// not come back is answered by the failure policy.
+    pub async fn check_many(&self, keys: &[&str], n: u64) -> Vec<Result<Checked, Error>> {
+        let sent = self.clock.now();
+        let mut out: Vec<Slot> = keys
+            .iter()
+            .map(|key| self.cached(key, n, sent).map(Ok))
+            .collect();
+        let remote: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        if !remote.is_empty() {
+            let answers: Mutex<Vec<Slot>> = Mutex::new(remote.iter().map(|_| None).collect());
+            let round_trip = self.many(keys, &remote, n, sent, &answers);
+            if tokio::time::timeout(self.timeout, round_trip)
+                .await
+                .is_err()
+            {
+                // The round trips still out are dropped here; their keys get the policy below.
+            }
+            let answers = answers.into_inner().unwrap_or_else(|p| p.into_inner());
+            for (&i, answer) in remote.iter().zip(answers) {
+                out[i] =
+                    Some(answer.unwrap_or_else(|| {
+                        self.failed(keys[i], n, Sorted::Failure(Failure::Timeout))
+                    }));
+            }
+        }
+        out.into_iter()
+            .map(|slot| {
+                slot.unwrap_or(Err(Error::UnexpectedReply {
+                    reply: "no answer".into(),
+                }))
+            })
+            .collect()
+    }
+
+    /// The pipelines of `check_many`: fills `answers[j]` for `keys[remote[j]]` as replies come.
+    async fn many(
+        &self,
+        keys: &[&str],
+        remote: &[usize],
+        n: u64,
+        sent: Timestamp,
+        answers: &Mutex<Vec<Slot>>,
+    ) {
+        let Some((generation, conn)) = self.link.get().await else {
+            let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+            for (j, &i) in remote.iter().enumerate() {
+                answers[j] = Some(self.failed(keys[i], n, Sorted::Failure(Failure::Connection)));
+            }
+            return;
+        };
+        let redis_keys: Vec<String> = remote.iter().map(|&i| self.redis_key(keys[i])).collect();
+        let groups = groups(&conn, &redis_keys);
+        let pipelines = groups.iter().map(|group| {
+            let mut conn = conn.clone();
+            let redis_keys = &redis_keys;
+            async move {
+                let results = self
+                    .pipeline(&mut conn, generation, group, redis_keys, n)
+                    .await;
+                let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+                for (&j, result) in group.iter().zip(results) {
+                    let key = keys[remote[j]];
+                    answers[j] = Some(match result {
+                        Ok(value) => self.read(key, n, sent, value, true),
+                        Err(sorted) => self.failed(key, n, sorted),
+                    });
+                }
+            }
+        });
+        join_all(pipelines).await;
+    }
+
+    /// One pipeline for the keys `group` (indices into `redis_keys`); one result per key. The
+    /// keys that found no script are sent again, as `EVAL`, in a second pipeline.
+    async fn pipeline(
+        &self,
+        conn: &mut Conn,
+        generation: u64,
+        group: &[usize],
+        redis_keys: &[String],
+        n: u64,
+    ) -> Vec<Result<Value, Sorted>> {
+        let send = |conn: &mut Conn, members: Vec<usize>, eval: bool| {
+            let mut pipe = redis::pipe();
+            for &j in &members {
+                pipe.add_command(self.command(&redis_keys[j], n, None, eval));
+            }
+            let mut conn = conn.clone();
+            async move { (conn.pipeline(&pipe, members.len()).await, members) }
+        };
+        let mut results: Vec<Option<Result<Value, Sorted>>> = group.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..group.len()).collect();
+        for eval in [false, true] {
+            let members: Vec<usize> = pending.iter().map(|&g| group[g]).collect();
+            let (replies, _) = send(conn, members, eval).await;
+            let redis_key = &redis_keys[group[pending[0]]];
+            match replies {
+                Ok(values) if values.len() == pending.len() => {
+                    Counters::add(&self.counters.round_trips, 1);
+                    let mut again = Vec::new();
+                    for (&g, value) in pending.iter().zip(values) {
+                        match value.extract_error() {
+                            Ok(v) => results[g] = Some(Ok(v)),
+                            Err(e) => match sort(&e, &redis_keys[group[g]]) {
+                                Sorted::NoScript if !eval => again.push(g),
+                                sorted => results[g] = Some(Err(self.noted(sorted, generation))),
+                            },
+                        }
+                    }
+                    pending = again;
+                }
+                Ok(values) => {
+                    Counters::add(&self.counters.round_trips, 1);
+                    let reply = format!(
+                        "{} replies to a pipeline of {}",
+                        values.len(),
+                        pending.len()
+                    );
+                    for &g in &pending {
+                        results[g] = Some(Err(Sorted::Error(Error::UnexpectedReply {
+                            reply: reply.clone(),
+                        })));
+                    }
+                    pending.clear();
+                }
+                Err(e) => {
+                    if came_back(&e) {
+                        Counters::add(&self.counters.round_trips, 1);
+                    }
+                    // A cluster pipeline reports its first error reply for all its commands.
+                    let retry = matches!(sort(&e, redis_key), Sorted::NoScript) && !eval;
+                    if !retry {
+                        for &g in &pending {
+                            let sorted = sort(&e, &redis_keys[group[g]]);
+                            results[g] = Some(Err(self.noted(sorted, generation)));
+                        }
+                        pending.clear();
+                    }
+                }
+            }
+            if pending.is_empty() {
+                break;
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or(Err(Sorted::Error(Error::Script {
+                    message: "NOSCRIPT after EVAL".into(),
+                })))
+            })
+            .collect()
+    }
+
+    /// The command for one request: the script (`EVALSHA`, or `EVAL` to load it) or
+    /// `CL.THROTTLE`.
+    fn command(&self, redis_key: &str, n: u64, now_us: Option<u64>, eval: bool) -> Cmd {
+        match &self.call {
+            Call::Script { sha, t_us, tau_us } => {
+                let mut cmd = if eval {
+                    let mut c = redis::cmd("EVAL");
+                    c.arg(script::GCRA);
+                    c
+                } else {
+                    let mut c = redis::cmd("EVALSHA");
+                    c.arg(sha);
+                    c
+                };
+                cmd.arg(1)
+                    .arg(redis_key)
+                    .arg(t_us)
+                    .arg(tau_us)
+                    .arg(self.quota.limit())
+                    .arg(n);
+                if let Some(now) = now_us {
+                    cmd.arg(now);
+                }
+                cmd
+            }
+            Call::Cell { arguments } => {
+                let mut cmd = redis::cmd("CL.THROTTLE");
+                cmd.arg(redis_key).arg(&arguments[..]).arg(n);
+                cmd
+            }
+        }
+    }
+
+    /// A reply, counted as a round trip when it came back, with an error reply sorted.
+    fn sorted(
+        &self,
+        result: redis::RedisResult<Value>,
+        redis_key: &str,
+        generation: u64,
+    ) -> Result<Value, Sorted> {
+        let result = match result {
+            Ok(value) => {
+                Counters::add(&self.counters.round_trips, 1);
+                value.extract_error()
+            }
+            Err(e) => {
+                if came_back(&e) {
+                    Counters::add(&self.counters.round_trips, 1);
+                }
+                Err(e)
+            }
+        };
+        result.map_err(|e| self.noted(sort(&e, redis_key), generation))
+    }
+
+    /// Acts on a sorted error: a `READONLY` reply drops the connection and connects again.
+    fn noted(&self, sorted: Sorted, generation: u64) -> Sorted {
+        if matches!(sorted, Sorted::Failure(Failure::ReadOnly)) {
+            self.link.reconnect(generation);
+        }
+        sorted
+    }
+
+    /// The answer when Redis did not decide: the policy for a failure, the error otherwise.
+    fn failed(&self, key: &str, n: u64, sorted: Sorted) -> Result<Checked, Error> {
+        let error = match sorted {
+            Sorted::Failure(failure) => {
+                return self
+                    .policy
+                    .answer(key, n, failure, self.clock.now(), &self.counters)
+            }
+            Sorted::NoScript => Error::Script {
+                message: "NOSCRIPT after EVAL".into(),
+            },
+            Sorted::Error(e) => e,
+        };
+        Counters::add(&self.counters.typed_errors, 1);
+        Err(error)
+    }
+
+    /// The deny cache's answer, counted.
+    fn cached(&self, key: &str, n: u64, sent: Timestamp) -> Option<Checked> {
+        let decision = self.cache.as_ref()?.denial(key, n, sent)?;
+        Counters::add(&self.counters.cache_denials, 1);
+        Some(Checked {
+            decision,
+            source: Source::DenyCache,
+            server_now: None,
+            failure: None,
+        })
+    }
+
+    /// Reads Redis's reply into the decision, and teaches the deny cache (when `learn`).
+    fn read(
+        &self,
+        key: &str,
+        n: u64,
+        sent: Timestamp,
+        value: Value,
+        learn: bool,
+    ) -> Result<Checked, Error> {
+        let read = match &self.call {
+            Call::Script { .. } => self.read_script(key, n, sent, value, learn),
+            Call::Cell { .. } => self.read_cell(key, n, sent, value, learn),
+        };
+        match read {
+            Ok(checked) => {
+                Counters::add(&self.counters.redis_decisions, 1);
+                Ok(checked)
+            }
+            Err(e) => {
+                Counters::add(&self.counters.typed_errors, 1);
+                Err(e)
+            }
+        }
+    }
+
+    fn read_script(
+        &self,
+        key: &str,
+        n: u64,
+        sent: Timestamp,
+        value: Value,
+        learn: bool,
+    ) -> Result<Checked, Error> {
+        let shape = format!("{value:?}");
+        let bad = || Error::UnexpectedReply {
+            reply: shape.clone(),
+        };
+        let (code, tat_us, now_us): (i64, i64, i64) =
+            redis::from_owned_redis_value(value).map_err(|_| bad())?;
+        let verdict = Verdict::from_code(code).ok_or_else(bad)?;
+        let to_ts = |us: i64| {
+            u64::try_from(us)
+                .ok()
+                .and_then(|us| us.checked_mul(1_000))
+                .and_then(|ns| Timestamp::from_nanos(ns).ok())
+        };
+        let tat = to_ts(tat_us).ok_or_else(bad)?;
+        let now = to_ts(now_us).ok_or_else(bad)?;
+        let (decision, _) = self.quota.decide_at(tat, now, n);
+        let agrees = match verdict {
+            Verdict::Allowed => decision.is_allowed(),
+            Verdict::Limited => decision.outcome() == Outcome::Limited,
+            Verdict::CostExceedsLimit => decision.cost_exceeds_limit(),
+        };
+        if !agrees {
+            return Err(Error::Disagreement {
+                verdict: code,
+                decision,
+            });
+        }
+        if let (Some(cache), true) = (&self.cache, learn) {
+            cache.learn_offset(now, sent);
+            if verdict == Verdict::Limited {
+                cache.remember(key, tat, now);
+            }
+        }
+        Ok(Checked {
+            decision,
+            source: Source::Redis,
+            server_now: Some(now),
+            failure: None,
+        })
+    }
+
+    fn read_cell(
+        &self,
+        key: &str,
+        n: u64,
+        sent: Timestamp,
+        value: Value,
+        learn: bool,
+    ) -> Result<Checked, Error> {
+        let shape = format!("{value:?}");
+        let reply: Vec<i64> =
+            redis::from_owned_redis_value(value).map_err(|_| Error::UnexpectedReply {
+                reply: shape.clone(),
+            })?;
+        let reply: [i64; 5] = reply
+            .try_into()
+            .map_err(|_| Error::UnexpectedReply { reply: shape })?;
+        let (decision, r) = cell::decision(&self.quota, n, reply, sent)?;
+        if let (Some(cache), true) = (&self.cache, learn) {
+            if decision.outcome() == Outcome::Limited {
+                // The earliest arrival time the reply allows, in the local frame (offset 0).
+                cache.remember(key, sent.saturating_add(Duration::from_nanos(r)), sent);
+            }
+        }
+        Ok(Checked {
+            decision,
+            source: Source::Redis,
+            server_now: None,
+            failure: None,
+        })
+    }
+
+    /// Forgets what the deny cache knows of `key`. Call it when the key's funnel in Redis was
+    /// reset or lost without this instance doing it (see the crate documentation, "Where the
+    /// deny cache differs from Redis"), or the cache goes on denying it until its cached
+    /// arrival time passes.
+    pub fn invalidate(&self, key: &str) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate(key);
+        }
+    }
+
+    /// Forgets everything the deny cache knows: after Redis lost its data (a restart without
+    /// persistence, a failover to a replica that missed writes, a `FLUSHALL`).
+    pub fn invalidate_all(&self) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate_all();
+        }
+    }
+
+    /// Empties `key`'s funnel in Redis (`DEL`) and in this instance's deny cache. Other
+    /// instances' caches still hold it: they must [`invalidate`](Self::invalidate) it too.
+    /// Returns whether Redis held the key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when Redis cannot be reached within the timeout (whatever the
+    /// policy: a reset is not a decision), or an error reply.
+    pub async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.invalidate(key);
+        let redis_key = self.redis_key(key);
+        let del = async {
+            let Some((generation, mut conn)) = self.link.get().await else {
+                return Err(Sorted::Failure(Failure::Connection));
+            };
+            let reply = conn.command(redis::cmd("DEL").arg(&redis_key)).await;
+            self.sorted(reply, &redis_key, generation)
+        };
+        match tokio::time::timeout(self.timeout, del).await {
+            Ok(Ok(Value::Int(deleted))) => Ok(deleted > 0),
+            Ok(Ok(other)) => Err(Error::UnexpectedReply {
+                reply: format!("{other:?}"),
+            }),
+            Ok(Err(Sorted::Failure(f))) => Err(Error::Unavailable(f)),
+            Ok(Err(Sorted::Error(e))) => Err(e),
+            Ok(Err(Sorted::NoScript)) => Err(Error::Script {
+                message: "NOSCRIPT from DEL".into(),
+            }),
+            Err(_elapsed) => Err(Error::Unavailable(Failure::Timeout)),
+        }
+    }
+
+    /// Whether the redis-cell module (`CL.THROTTLE`) is loaded on the server, from `MODULE
+    /// LIST` (on a cluster, on one node): to choose [`Backend::Cell`] at deployment.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when Redis cannot be reached within the timeout,
+    /// [`Error::NoPermission`] where `MODULE LIST` is not allowed.
+    pub async fn redis_cell_loaded(&self) -> Result<bool, Error> {
+        let list = async {
+            let Some((generation, mut conn)) = self.link.get().await else {
+                return Err(Sorted::Failure(Failure::Connection));
+            };
+            let reply = conn
+                .command(&redis::cmd("MODULE").arg("LIST").clone())
+                .await;
+            self.sorted(reply, "", generation)
+        };
+        match tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), list).await {
+            Ok(Ok(value)) => Ok(crate::builder::lists_redis_cell(&value)),
+            Ok(Err(Sorted::Failure(f))) => Err(Error::Unavailable(f)),
+            Ok(Err(Sorted::Error(e))) => Err(e),
+            Ok(Err(Sorted::NoScript)) => Ok(false),
+            Err(_elapsed) => Err(Error::Unavailable(Failure::Timeout)),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        match self.call {
+            Call::Script { .. } => Backend::Script,
+            Call::Cell { .. } => Backend::Cell,
+        }
+    }
+
+    /// The Redis key holding `key`'s funnel: the prefix, then the key, inside a hash tag
+    /// (`prefix{key}`) when [`Builder::hash_tag`](crate::Builder::hash_tag) is on.
+    pub fn redis_key(&self, key: &str) -> String {
+        if self.hash_tag {
+            format!("{}{{{key}}}", self.prefix)
+        } else {
+            format!("{}{key}", self.prefix)
+        }
+    }
+}
+
+/// The pipelines of one `check_many`: one for all keys on a single server; on a cluster, one per
+/// hash slot (a cluster pipeline must stay within one slot). Indices into `redis_keys`.
+fn groups(conn: &Conn, redis_keys: &[String]) -> Vec<Vec<usize>> {
+    #[cfg(feature = "cluster")]
+    if let Conn::Cluster(_) = conn {
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (j, key) in redis_keys.iter().enumerate() {
+            by_slot
+                .entry(redis::cluster_routing::get_slot(key.as_bytes()))
+                .or_default()
+                .push(j);
+        }
+        return by_slot.into_values().collect();
+    }
+    let _ = conn;
+    vec![(0..redis_keys.len()).collect()]
+}
+
+/// Runs the futures concurrently on this task and waits for all of them.
+async fn join_all<F: std::future::Future<Output = ()>>(futures: impl Iterator<Item = F>) {
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        futures.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if futures.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}

@@ -1,0 +1,264 @@
+//! What a limiter answers when Redis cannot decide ([`OnFailure`]), and the counters of every
+//! path a decision can take ([`Stats`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use funnel::{Limiter, Quota, Timestamp};
+
+use crate::error::{Error, Failure};
+use crate::{Checked, Source};
+
+/// What a [`RedisLimiter`](crate::RedisLimiter) answers when Redis cannot decide: a
+/// [`Failure`] (no reply within the timeout, no connection, or a reply such as `LOADING`,
+/// `READONLY` or `OOM`; see [`Failure`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnFailure {
+    /// Allow the request as a fresh funnel would. Redis being down never blocks traffic, and
+    /// no limit holds meanwhile.
+    Open,
+    /// Deny the request, with a retry after one emission interval per unit. Redis being down
+    /// blocks all traffic.
+    Closed,
+    /// Decide on a local funnel whose limit and rate are the quota's divided by `instances`
+    /// (the fleet's size), so the fleet as a whole stays near its limit while Redis is down.
+    /// The local funnels start empty: a key's debt in Redis is not carried over.
+    Local {
+        /// Instances sharing the quota; at least 1.
+        instances: u32,
+    },
+    /// Return [`Error::Unavailable`] and let the caller decide. The only policy under which
+    /// [`Builder::build`](crate::Builder::build) waits for a first connection and fails
+    /// without one.
+    Report,
+}
+
+/// Counters, each a snapshot. Every failure is counted once as a timeout or an error and once
+/// by the path that answered it: `timeouts + redis_errors == failed_open + failed_closed +
+/// answered_locally + reported`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Requests to Redis that came back with a reply, errors included: a command, or a
+    /// [`check_many`](crate::RedisLimiter::check_many) pipeline, is one; a `NOSCRIPT` reply
+    /// and the resend that loads the script are two.
+    pub round_trips: u64,
+    /// Decisions taken by Redis.
+    pub redis_decisions: u64,
+    /// Denials answered by the deny cache, with no round trip.
+    pub cache_denials: u64,
+    /// Decisions that failed because no reply came within the timeout.
+    pub timeouts: u64,
+    /// Decisions that failed for another [`Failure`] (connection, `LOADING`, `READONLY`,
+    /// `OOM`, ...).
+    pub redis_errors: u64,
+    /// Failures answered by [`OnFailure::Open`].
+    pub failed_open: u64,
+    /// Failures answered by [`OnFailure::Closed`].
+    pub failed_closed: u64,
+    /// Failures answered by [`OnFailure::Local`].
+    pub answered_locally: u64,
+    /// Failures returned as [`Error::Unavailable`] ([`OnFailure::Report`]).
+    pub reported: u64,
+    /// Calls answered with another [`Error`] (`WRONGTYPE`, a script error, ...).
+    pub typed_errors: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) round_trips: AtomicU64,
+    pub(crate) redis_decisions: AtomicU64,
+    pub(crate) cache_denials: AtomicU64,
+    timeouts: AtomicU64,
+    redis_errors: AtomicU64,
+    failed_open: AtomicU64,
+    failed_closed: AtomicU64,
+    answered_locally: AtomicU64,
+    reported: AtomicU64,
+    pub(crate) typed_errors: AtomicU64,
+}
+
+impl Counters {
+    /// Adds `n` (Relaxed: statistics, read as a snapshot).
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        // Relaxed: a snapshot of independent statistics.
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            round_trips: get(&self.round_trips),
+            redis_decisions: get(&self.redis_decisions),
+            cache_denials: get(&self.cache_denials),
+            timeouts: get(&self.timeouts),
+            redis_errors: get(&self.redis_errors),
+            failed_open: get(&self.failed_open),
+            failed_closed: get(&self.failed_closed),
+            answered_locally: get(&self.answered_locally),
+            reported: get(&self.reported),
+            typed_errors: get(&self.typed_errors),
+        }
+    }
+}
+
+/// The policy with what it needs: the quota, and the local funnels of [`OnFailure::Local`].
+pub(crate) struct Policy {
+    on_failure: OnFailure,
+    quota: Quota,
+    local: Option<Limiter<str>>,
+}
+
+impl Policy {
+    pub(crate) fn new(on_failure: OnFailure, quota: Quota) -> Result<Policy, Error> {
+        let local = match on_failure {
+            OnFailure::Local { instances } => {
+                Some(Limiter::<str>::builder(local_share(&quota, instances)?).build()?)
+            }
+            _ => None,
+        };
+        Ok(Policy {
+            on_failure,
+            quota,
+            local,
+        })
+    }
+
+    pub(crate) fn on_failure(&self) -> OnFailure {
+        self.on_failure
+    }
+
+    /// The policy's answer to a request of `n` units for `key` that Redis could not decide,
+    /// at the local monotonic time `now`; counted.
+    pub(crate) fn answer(
+        &self,
+        key: &str,
+        n: u64,
+        failure: Failure,
+        now: Timestamp,
+        counters: &Counters,
+    ) -> Result<Checked, Error> {
+        let cause = if failure == Failure::Timeout {
+            &counters.timeouts
+        } else {
+            &counters.redis_errors
+        };
+        Counters::add(cause, 1);
+        let (decision, source, path) = match (self.on_failure, &self.local) {
+            (OnFailure::Local { .. }, Some(local)) => (
+                local.check_n_at(key, n, now),
+                Source::LocalFallback,
+                &counters.answered_locally,
+            ),
+            (OnFailure::Closed, _) => {
+                // A funnel filled to its tolerance: every unit request waits one interval.
+                let full = now.saturating_add(self.quota.tolerance());
+                (
+                    self.quota.decide_at(full, now, n).0,
+                    Source::FailedClosed,
+                    &counters.failed_closed,
+                )
+            }
+            (OnFailure::Open, _) => (
+                self.quota.decide_at(Timestamp::ZERO, now, n).0,
+                Source::FailedOpen,
+                &counters.failed_open,
+            ),
+            _ => {
+                Counters::add(&counters.reported, 1);
+                return Err(Error::Unavailable(failure));
+            }
+        };
+        Counters::add(path, 1);
+        Ok(Checked {
+            decision,
+            source,
+            server_now: None,
+            failure: Some(failure),
+        })
+    }
+}
+
+/// The quota divided among `instances`: the limit divided (at least 1), the interval
+/// multiplied.
+pub(crate) fn local_share(quota: &Quota, instances: u32) -> Result<Quota, Error> {
+    let n = u64::from(instances.max(1));
+    let limit = (quota.limit() / n).max(1);
+    let interval = quota
+        .emission_interval()
+        .checked_mul(instances.max(1))
+        .ok_or(Error::Funnel(funnel::Error::ToleranceTooLarge {
+            tolerance_nanos: quota.emission_interval().as_nanos() * u128::from(n),
+            max_nanos: Quota::MAX_TOLERANCE_NANOS,
+        }))?;
+    Ok(Quota::new(limit - 1, 1, interval)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_local_share_divides_the_limit_and_the_rate_by_the_instances() {
+        let q = Quota::new(99, 100, Duration::from_secs(1)).unwrap(); // 100/s, limit 100
+        let share = local_share(&q, 4).unwrap();
+        assert_eq!(share.limit(), 25);
+        assert_eq!(share.emission_interval(), Duration::from_millis(40));
+        // A limit smaller than the fleet still lets one request through per instance.
+        let share = local_share(&Quota::new(1, 1, Duration::from_secs(1)).unwrap(), 8).unwrap();
+        assert_eq!(share.limit(), 1);
+        assert_eq!(share.emission_interval(), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn each_policy_counts_its_own_answers_and_the_cause() {
+        let q = Quota::new(1, 1, Duration::from_secs(1)).unwrap();
+        let now = Timestamp::from_nanos(1_000_000_000).unwrap();
+        for (policy, allowed) in [
+            (OnFailure::Open, Some(true)),
+            (OnFailure::Closed, Some(false)),
+            (OnFailure::Local { instances: 2 }, Some(true)),
+            (OnFailure::Report, None),
+        ] {
+            let p = Policy::new(policy, q).unwrap();
+            let c = Counters::default();
+            let timed_out = p.answer("k", 1, Failure::Timeout, now, &c);
+            let refused = p.answer("k", 1, Failure::Connection, now, &c);
+            match allowed {
+                Some(allowed) => {
+                    let a = timed_out.unwrap();
+                    assert_eq!(a.decision.is_allowed(), allowed, "{policy:?}");
+                    assert_eq!(a.failure, Some(Failure::Timeout));
+                    assert_eq!(refused.unwrap().failure, Some(Failure::Connection));
+                }
+                None => {
+                    assert!(matches!(
+                        timed_out,
+                        Err(Error::Unavailable(Failure::Timeout))
+                    ));
+                    assert!(matches!(
+                        refused,
+                        Err(Error::Unavailable(Failure::Connection))
+                    ));
+                }
+            }
+            let s = c.snapshot();
+            assert_eq!((s.timeouts, s.redis_errors), (1, 1), "{policy:?}");
+            let by_path = [
+                s.failed_open,
+                s.failed_closed,
+                s.answered_locally,
+                s.reported,
+            ];
+            assert_eq!(by_path.iter().sum::<u64>(), 2, "{policy:?}");
+            let expected = match policy {
+                OnFailure::Open => [2, 0, 0, 0],
+                OnFailure::Closed => [0, 2, 0, 0],
+                OnFailure::Local { .. } => [0, 0, 2, 0],
+                _ => [0, 0, 0, 2],
+            };
+            assert_eq!(by_path, expected, "{policy:?}");
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Replies and settings that are errors of their own type, never a policy's guess.
+
+mod support;
+
+use std::time::Duration;
+
+use funnel::Quota;
+use funnel_redis::{Backend, Error, OnFailure, RedisLimiter, Source};
+use support::{inspect, limiter, server};
+
+/// A key holding another type is `Error::WrongType`, for `check` and for that key alone in a
+/// `check_many`; the key is left alone, and the other keys of the batch are decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_a_typed_error_and_is_left_alone() {
+    let server = server();
+    let l = limiter(&server, Quota::per_second(10).unwrap()).await;
+    let mut con = inspect(&server);
+    let _: () = redis::cmd("HSET")
+        .arg(l.redis_key("hashed"))
+        .arg("f")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    match l.check("hashed").await {
+        Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, l.redis_key("hashed")),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let batch = l.check_many(&["fine", "hashed", "also-fine"], 1).await;
+    assert_eq!(batch[0].as_ref().unwrap().source, Source::Redis);
+    assert!(matches!(batch[1], Err(Error::WrongType { .. })));
+    assert_eq!(batch[2].as_ref().unwrap().source, Source::Redis);
+    assert_eq!(l.stats().typed_errors, 2);
+    let kind: String = redis::cmd("TYPE")
+        .arg(l.redis_key("hashed"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(kind, "hash", "the key was left alone");
+}
+
+#[tokio::test]
+async fn a_sub_microsecond_interval_is_refused_when_built() {
+    // 3 per second: 333,333,333.3 ns, truncated to 333,333,333 ns, not whole microseconds.
+    let result = RedisLimiter::builder("redis://127.0.0.1:1/", Quota::per_second(3).unwrap())
+        .build()
+        .await;
+    assert!(matches!(
+        result,
+        Err(Error::SubMicrosecondQuota {
+            emission_interval_ns: 333_333_333
+        })
+    ));
+}
+
+#[tokio::test]
+async fn a_quota_cl_throttle_cannot_express_is_refused_for_the_cell_backend() {
+    // One per 20,000 s: no whole-second period up to 10,000 s gives it.
+    let quota = Quota::new(0, 1, Duration::from_secs(20_000)).unwrap();
+    let result = RedisLimiter::builder("redis://127.0.0.1:1/", quota)
+        .backend(Backend::Cell)
+        .build()
+        .await;
+    assert!(matches!(result, Err(Error::NotCellQuota { .. })));
+}
+
+#[tokio::test]
+async fn a_bad_url_is_an_invalid_url_error() {
+    let result = RedisLimiter::builder("not a url", Quota::per_second(10).unwrap())
+        .build()
+        .await;
+    assert!(matches!(result, Err(Error::InvalidUrl(_))));
+}
+
+/// `Backend::Cell` on a server without redis-cell: refused when built (`MODULE LIST`), and
+/// `CellModuleMissing` from the first request when the build could not ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cell_backend_without_the_module_is_a_typed_error() {
+    let mut server = server();
+    let quota = Quota::new(15, 30, Duration::from_secs(60)).unwrap();
+    let probe = limiter(&server, quota).await;
+    assert!(!probe.redis_cell_loaded().await.unwrap());
+    let built = RedisLimiter::builder(server.url(), quota)
+        .backend(Backend::Cell)
+        .build()
+        .await;
+    assert!(matches!(built, Err(Error::CellModuleMissing)), "{built:?}");
+    // Built while Redis is down, the limiter learns it from CL.THROTTLE's reply.
+    server.kill();
+    let l = RedisLimiter::builder(server.url(), quota)
+        .backend(Backend::Cell)
+        .on_failure(OnFailure::Open)
+        .connect_timeout(Duration::from_millis(200))
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    server.restart().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match l.check("k").await {
+            Err(Error::CellModuleMissing) => break,
+            Ok(c) if c.failure.is_some() => {}
+            other => panic!("expected CellModuleMissing, got {other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,334 @@
+//! Faults against a real `redis-server`: frozen (SIGSTOP), killed and restarted, down when the
+//! limiter is built, demoted to a replica (`READONLY`), out of memory (`OOM`); and, from a fake
+//! server, the replies a real one is hard to bring into (`LOADING`, `BUSY`, `MASTERDOWN`).
+//! Each failure policy does what it says, nothing waits past the timeout by more than
+//! `MARGIN`, and Redis decides, and counts, again once it is back.
+//!
+//! The tests of this file run one at a time (`SERIAL`), so that the timing bound measures the
+//! limiter rather than the other tests.
+
+mod support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use funnel::Quota;
+use funnel_redis::{Checked, Error, Failure, OnFailure, RedisLimiter, Source};
+use support::{fake_server, inspect, server};
+use tokio::sync::Mutex;
+
+/// The limiters' timeout in this file.
+const TIMEOUT: Duration = Duration::from_millis(50);
+/// How far past the timeout an answer may come: a timer tick, a scheduling delay on a shared
+/// 2-core machine, and the policy's own work.
+const MARGIN: Duration = Duration::from_millis(50);
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const POLICIES: [OnFailure; 4] = [
+    OnFailure::Open,
+    OnFailure::Closed,
+    OnFailure::Local { instances: 2 },
+    OnFailure::Report,
+];
+
+/// Limit 4, one per hour: Redis's answers are predictable for the whole test.
+fn quota() -> Quota {
+    Quota::new(3, 1, Duration::from_secs(3600)).unwrap()
+}
+
+async fn limiter(url: String, policy: OnFailure) -> RedisLimiter {
+    RedisLimiter::builder(url, quota())
+        .timeout(TIMEOUT)
+        .on_failure(policy)
+        .prefix(format!("{policy:?}:"))
+        .build()
+        .await
+        .expect("a limiter")
+}
+
+/// Runs `f`, asserting it answered within the timeout and the margin.
+async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = f.await;
+    let took = started.elapsed();
+    assert!(
+        took <= TIMEOUT + MARGIN,
+        "{what}: answered after {took:?} (timeout {TIMEOUT:?} + margin {MARGIN:?})"
+    );
+    out
+}
+
+/// Asserts that `answer` is what `policy` gives for `failure`; `nth` counts the failed
+/// requests for this key so far (1 for the first), for the local share.
+fn assert_policy(policy: OnFailure, answer: Result<Checked, Error>, failure: Failure, nth: u32) {
+    match policy {
+        OnFailure::Report => match answer {
+            Err(Error::Unavailable(f)) => assert_eq!(f, failure),
+            other => panic!("Report: expected Unavailable({failure:?}), got {other:?}"),
+        },
+        _ => {
+            let c = answer.unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+            assert_eq!(c.failure, Some(failure), "{policy:?}");
+            let expected = match policy {
+                OnFailure::Open => (Source::FailedOpen, true),
+                OnFailure::Closed => (Source::FailedClosed, false),
+                // The local share of a limit of 4 over 2 instances is 2.
+                _ => (Source::LocalFallback, nth <= 2),
+            };
+            assert_eq!(
+                (c.source, c.decision.is_allowed()),
+                expected,
+                "{policy:?} #{nth}"
+            );
+        }
+    }
+}
+
+/// Waits until Redis decides `key` for `limiter` again, peeking, for up to 10 s.
+async fn until_redis_decides(limiter: &RedisLimiter, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(c) = limiter.check_n(key, 0).await {
+            if c.source == Source::Redis {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "Redis never decided again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// After an outage: a new key counts from zero to the limit (4) and is denied after.
+async fn assert_counting(limiter: &RedisLimiter, key: &str) {
+    for i in 0..5 {
+        let c = limiter.check(key).await.unwrap();
+        assert_eq!(c.source, Source::Redis);
+        assert_eq!(c.decision.is_allowed(), i < 4, "request #{i} for {key}");
+    }
+}
+
+/// Every policy's counters add up: each failure counted once by cause, once by path.
+fn assert_counted(limiter: &RedisLimiter, policy: OnFailure) {
+    let s = limiter.stats();
+    let paths = s.failed_open + s.failed_closed + s.answered_locally + s.reported;
+    assert_eq!(s.timeouts + s.redis_errors, paths, "{policy:?}: {s:?}");
+    let own = match policy {
+        OnFailure::Open => s.failed_open,
+        OnFailure::Closed => s.failed_closed,
+        OnFailure::Local { .. } => s.answered_locally,
+        _ => s.reported,
+    };
+    assert_eq!(own, paths, "{policy:?}: only its own path: {s:?}");
+}
+
+/// The server frozen: every policy answers single requests and batches within the timeout,
+/// as a timeout; after the thaw Redis decides again and counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_policy_answers_within_the_timeout_while_the_server_is_frozen() {
+    let _serial = SERIAL.lock().await;
+    let server = server();
+    let mut limiters = Vec::new();
+    for policy in POLICIES {
+        let l = limiter(server.url(), policy).await;
+        assert_eq!(l.check("warm").await.unwrap().source, Source::Redis);
+        limiters.push((policy, l));
+    }
+    server.pause();
+    for (policy, l) in &limiters {
+        for nth in 1..=3 {
+            let answer = bounded(&format!("{policy:?} check"), l.check("k")).await;
+            assert_policy(*policy, answer, Failure::Timeout, nth);
+        }
+        let batch = bounded(
+            &format!("{policy:?} check_many"),
+            l.check_many(&["x", "y"], 1),
+        )
+        .await;
+        for answer in batch {
+            assert_policy(*policy, answer, Failure::Timeout, 1);
+        }
+        assert_eq!(l.stats().timeouts, 5, "{policy:?}");
+        assert_counted(l, *policy);
+    }
+    server.resume();
+    for (_, l) in &limiters {
+        until_redis_decides(l, "after").await;
+        assert_counting(l, "after").await;
+    }
+}
+
+/// The server killed, then restarted on the same port with nothing kept: every policy
+/// answers within the timeout meanwhile (a refused connection, or a timeout while the
+/// client reconnects), then the limiter reconnects by itself and counts from zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_policy_answers_while_the_server_is_killed_and_counting_resumes_after_restart() {
+    let _serial = SERIAL.lock().await;
+    let mut server = server();
+    let mut limiters = Vec::new();
+    for policy in POLICIES {
+        let l = limiter(server.url(), policy).await;
+        for _ in 0..4 {
+            assert!(l.check("k").await.unwrap().decision.is_allowed());
+        }
+        limiters.push((policy, l));
+    }
+    server.kill();
+    for (policy, l) in &limiters {
+        for nth in 1..=3 {
+            let answer = bounded(&format!("{policy:?} check"), l.check("k")).await;
+            let failure = match &answer {
+                Ok(c) => c.failure.expect("the policy answered"),
+                Err(Error::Unavailable(f)) => *f,
+                Err(e) => panic!("{policy:?}: {e}"),
+            };
+            assert!(matches!(failure, Failure::Connection | Failure::Timeout));
+            assert_policy(*policy, answer, failure, nth);
+        }
+        let batch = bounded(&format!("{policy:?} check_many"), l.check_many(&["x"], 1)).await;
+        assert_eq!(batch.len(), 1);
+        assert!(match &batch[0] {
+            Ok(c) => c.failure.is_some(),
+            Err(e) => matches!(e, Error::Unavailable(_)),
+        });
+        assert_counted(l, *policy);
+    }
+    server.restart().unwrap();
+    for (_, l) in &limiters {
+        until_redis_decides(l, "k").await;
+        // The restarted server kept nothing: "k" counts from zero again.
+        assert_counting(l, "k").await;
+    }
+}
+
+/// Redis down when the limiter is built: `build` succeeds under every policy but `Report`,
+/// answers by the policy within the timeout, and decides once Redis is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limiter_built_while_redis_is_down_answers_by_policy_then_connects() {
+    let _serial = SERIAL.lock().await;
+    let mut server = server();
+    server.kill();
+    for policy in POLICIES {
+        let started = Instant::now();
+        let built = RedisLimiter::builder(server.url(), quota())
+            .timeout(TIMEOUT)
+            .connect_timeout(Duration::from_millis(500))
+            .on_failure(policy)
+            .build()
+            .await;
+        assert!(started.elapsed() < Duration::from_millis(500) + MARGIN);
+        if policy == OnFailure::Report {
+            assert!(matches!(built, Err(Error::Connect { .. })), "{built:?}");
+            continue;
+        }
+        let l = built.unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+        let answer = bounded(&format!("{policy:?} check"), l.check("k")).await;
+        let failure = answer.as_ref().unwrap().failure.unwrap();
+        assert!(matches!(failure, Failure::Connection | Failure::Timeout));
+        assert_policy(policy, answer, failure, 1);
+    }
+    let l = RedisLimiter::builder(server.url(), quota())
+        .timeout(TIMEOUT)
+        .on_failure(OnFailure::Open)
+        .build()
+        .await
+        .unwrap();
+    server.restart().unwrap();
+    until_redis_decides(&l, "k").await;
+    assert_counting(&l, "k").await;
+}
+
+/// The server demoted to a replica (`REPLICAOF` a primary that never answers, so no sync
+/// starts): an allowed request, which must write, gets `READONLY`, answered by the policy as
+/// `Failure::ReadOnly`; promoted again, it decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_server_is_a_read_only_failure_for_the_policy() {
+    let _serial = SERIAL.lock().await;
+    let server = server();
+    let limiters = [
+        limiter(server.url(), OnFailure::Closed).await,
+        limiter(server.url(), OnFailure::Report).await,
+    ];
+    let mut con = inspect(&server);
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    for (l, policy) in limiters.iter().zip([OnFailure::Closed, OnFailure::Report]) {
+        let answer = bounded("READONLY", l.check("k")).await;
+        assert_policy(policy, answer, Failure::ReadOnly, 1);
+        assert_eq!(l.stats().redis_errors, 1);
+    }
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut con)
+        .unwrap();
+    for l in &limiters {
+        until_redis_decides(l, "after").await;
+        assert_counting(l, "after").await;
+    }
+}
+
+/// `maxmemory` reached under `noeviction`: the script's write gets `OOM`, answered by the
+/// policy as `Failure::OutOfMemory`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_is_an_out_of_memory_failure_for_the_policy() {
+    let _serial = SERIAL.lock().await;
+    let server = server();
+    let l = limiter(server.url(), OnFailure::Local { instances: 2 }).await;
+    let mut con = inspect(&server);
+    let set = |con: &mut redis::Connection, bytes: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query(con)
+            .unwrap();
+    };
+    set(&mut con, "1");
+    let answer = bounded("OOM", l.check("k")).await;
+    assert_policy(
+        OnFailure::Local { instances: 2 },
+        answer,
+        Failure::OutOfMemory,
+        1,
+    );
+    set(&mut con, "0");
+    assert_counting(&l, "after").await;
+}
+
+/// Replies a real server is hard to bring into, from a fake one: each is a failure for the
+/// policy, of the kind it names; `MOVED` on a single-server limiter is a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_busy_and_masterdown_replies_go_to_the_policy_and_moved_is_an_error() {
+    let _serial = SERIAL.lock().await;
+    for (reply, failure) in [
+        (
+            "LOADING Redis is loading the dataset in memory",
+            Failure::Loading,
+        ),
+        ("BUSY Redis is busy running a script", Failure::Unavailable),
+        ("MASTERDOWN Link with MASTER is down", Failure::Unavailable),
+        (
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            Failure::Unavailable,
+        ),
+    ] {
+        let url = fake_server(reply).await;
+        for policy in POLICIES {
+            let l = limiter(url.clone(), policy).await;
+            let answer = bounded(reply, l.check("k")).await;
+            assert_policy(policy, answer, failure, 1);
+            for answer in l.check_many(&["a", "b"], 1).await {
+                assert_policy(policy, answer, failure, 1);
+            }
+            assert_counted(&l, policy);
+        }
+    }
+    let url = fake_server("MOVED 3999 127.0.0.1:6381").await;
+    let l = limiter(url, OnFailure::Open).await;
+    assert!(matches!(l.check("k").await, Err(Error::WrongNode { .. })));
+    assert_eq!(l.stats().typed_errors, 1);
+}

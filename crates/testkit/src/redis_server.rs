@@ -1,0 +1,383 @@
+//! A private `redis-server` for tests, examples and the comparison harness: a free 127.0.0.1
+//! port, no persistence (`--save '' --appendonly no`), its own temporary directory and log,
+//! stopped, killed and restarted on demand, killed on drop. One launcher, so every caller starts
+//! the server the same way.
+//!
+//! [`RedisCluster`] starts several such servers with `--cluster-enabled yes` and joins them
+//! with `redis-cli --cluster create`, each node a master.
+//!
+//! A server that answers PING is checked to be ours (its `process_id` is our child's) before it
+//! is handed out; a port taken between our probe and the server's bind is retried (3 tries).
+//! Only a signal that kills this process outright (SIGKILL) leaves a server running; its
+//! directory (`funnel-redis-<our pid>-<port>-<ns>`) names it.
+
+use std::ffi::OsString;
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A `redis-server` child process on a loopback port.
+pub struct RedisServer {
+    child: Option<Child>,
+    bin: PathBuf,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<OsString>,
+    version: String,
+}
+
+impl RedisServer {
+    /// `redis-server` on `PATH`, if installed.
+    pub fn binary() -> Option<PathBuf> {
+        find_on_path("redis-server")
+    }
+
+    /// Starts a server with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// When `redis-server` is not installed, or does not answer PING within 10 s (the message
+    /// carries the end of its log).
+    pub fn start() -> Result<RedisServer, String> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with further command-line arguments (`--loadmodule <path>`,
+    /// `--cluster-enabled yes`, ...), kept for [`restart`](Self::restart).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(args: &[&str]) -> Result<RedisServer, String> {
+        let bin = Self::binary().ok_or(
+            "redis-server is not installed (apt-get install redis-server; .ci/run installs it)",
+        )?;
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            let port = free_port()?;
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = std::env::temp_dir().join(format!(
+                "funnel-redis-{}-{port}-{nanos}",
+                std::process::id()
+            ));
+            fs::create_dir_all(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            // From here on `Drop` kills the child and removes the directory on every return.
+            let mut server = RedisServer {
+                child: None,
+                bin: bin.clone(),
+                port,
+                dir,
+                args: args.iter().map(OsString::from).collect(),
+                version: String::new(),
+            };
+            match server.spawn() {
+                Ok(()) => {
+                    server.version = server.info_field("server", "redis_version")?;
+                    return Ok(server);
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        Err(format!(
+            "redis-server ({}) failed to start 3 times; last error: {last_err}",
+            bin.display()
+        ))
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new(&self.bin)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.bin.display()))?;
+        self.child = Some(child);
+        self.wait_ready(Duration::from_secs(10))
+    }
+
+    /// Polls PING until our child answers it, the child exits, or `limit` passes.
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let child = self.child.as_mut().ok_or("no child")?;
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "redis-server exited at start ({status}); log: {}",
+                    self.log_tail()
+                ));
+            }
+            let pid = child.id().to_string();
+            if let Ok(mut con) = self.connection_with(Duration::from_millis(200)) {
+                if let Ok(reply) = redis::cmd("PING").query::<String>(&mut con) {
+                    let theirs = info_field_on(&mut con, "server", "process_id")?;
+                    if reply == "PONG" && theirs == pid {
+                        return Ok(());
+                    }
+                    return Err(format!(
+                        "port {} is answered by another redis-server (pid {theirs})",
+                        self.port
+                    ));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "redis-server on port {} did not answer PING within {limit:?}; log: {}",
+                    self.port,
+                    self.log_tail()
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The last five lines of the server's log.
+    pub fn log_tail(&self) -> String {
+        let text = fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The child's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `redis_version` from `INFO server`, read at start.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// A blocking connection with 2 s to connect and 10 s to read or write.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached.
+    pub fn connection(&self) -> Result<redis::Connection, String> {
+        let con = self.connection_with(Duration::from_secs(2))?;
+        con.set_read_timeout(Some(Duration::from_secs(10)))
+            .and_then(|()| con.set_write_timeout(Some(Duration::from_secs(10))))
+            .map_err(|e| format!("setting socket timeouts: {e}"))?;
+        Ok(con)
+    }
+
+    fn connection_with(&self, connect: Duration) -> Result<redis::Connection, String> {
+        let client = redis::Client::open(self.url()).map_err(|e| format!("{e}"))?;
+        let con = client
+            .get_connection_with_timeout(connect)
+            .map_err(|e| format!("cannot connect to 127.0.0.1:{}: {e}", self.port))?;
+        con.set_read_timeout(Some(Duration::from_secs(1)))
+            .map_err(|e| format!("set_read_timeout: {e}"))?;
+        Ok(con)
+    }
+
+    /// One field of `INFO <section>`.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached or has no such field.
+    pub fn info_field(&self, section: &str, field: &str) -> Result<String, String> {
+        info_field_on(&mut self.connection()?, section, field)
+    }
+
+    /// `FLUSHALL`.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached or refuses.
+    pub fn flushall(&self) -> Result<(), String> {
+        redis::cmd("FLUSHALL")
+            .query::<()>(&mut self.connection()?)
+            .map_err(|e| format!("FLUSHALL: {e}"))
+    }
+
+    fn signal(&self, sig: &str) {
+        let Some(pid) = self.pid() else { return };
+        let status = Command::new("kill").arg(sig).arg(pid.to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {sig} {pid} failed");
+    }
+
+    /// Freezes the server (SIGSTOP): its connections stay open and nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server (SIGKILL); its data is gone (no persistence).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // A stopped process dies of SIGKILL too; SIGCONT first so nothing lingers.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if it runs, then starts a new one on the same port with the same
+    /// arguments and an empty data set.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Several `redis-server`s joined into one Redis Cluster, every node a master, no replicas.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes (at least 3, Redis Cluster's minimum) and joins them with
+    /// `redis-cli --cluster create`, then waits until every node reports `cluster_state:ok`.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not start, `redis-cli` is missing or fails, or the cluster is not ok
+    /// within 20 s.
+    pub fn start(masters: usize) -> Result<RedisCluster, String> {
+        let mut nodes = Vec::with_capacity(masters);
+        for _ in 0..masters {
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "2000",
+            ])?);
+        }
+        let cli = find_on_path("redis-cli").ok_or("redis-cli is not installed")?;
+        let out = Command::new(cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run redis-cli: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.is_ok() {
+            if Instant::now() >= deadline {
+                return Err("the cluster did not reach cluster_state:ok within 20 s".into());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(cluster)
+    }
+
+    fn is_ok(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            n.connection()
+                .and_then(|mut con| {
+                    redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query::<String>(&mut con)
+                        .map_err(|e| e.to_string())
+                })
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        })
+    }
+
+    /// The nodes' URLs, the seeds of a cluster client.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|cand| is_executable(cand))
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        p.is_file()
+    }
+}
+
+/// One field of `INFO <section>` on a connection.
+///
+/// # Errors
+///
+/// When `INFO` fails or the field is absent.
+pub fn info_field_on(
+    con: &mut redis::Connection,
+    section: &str,
+    field: &str,
+) -> Result<String, String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query(con)
+        .map_err(|e| format!("INFO {section}: {e}"))?;
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_string()))
+        .ok_or_else(|| format!("INFO {section} has no field {field}"))
+}

@@ -84,13 +84,13 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
 
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// One unit request for `key`, now.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, key: &K) -> Decision {
         self.throttle_at(key, &self.quota, 1, self.clock.now())
     }
 
     /// A request of `n` units for `key`, now. `n = 0` is a peek.
-    #[inline]
+    #[inline(always)]
     pub fn check_n(&self, key: &K, n: u64) -> Decision {
         self.throttle_at(key, &self.quota, n, self.clock.now())
     }
@@ -98,25 +98,25 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// A request of `n` units for `key` under `quota` instead of the limiter's own, now: as
     /// CL.THROTTLE takes its parameters on every call. The funnel's state is only its arrival
     /// time, so quotas may change between calls without losing the key's debt.
-    #[inline]
+    #[inline(always)]
     pub fn throttle(&self, key: &K, quota: &Quota, n: u64) -> Decision {
         self.throttle_at(key, quota, n, self.clock.now())
     }
 
     /// [`check`](Self::check) at the caller's `now` (no clock read).
-    #[inline]
+    #[inline(always)]
     pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
         self.throttle_at(key, &self.quota, 1, now)
     }
 
     /// [`check_n`](Self::check_n) at the caller's `now`.
-    #[inline]
+    #[inline(always)]
     pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
         self.throttle_at(key, &self.quota, n, now)
     }
 
     /// [`throttle`](Self::throttle) at the caller's `now`: where every decision happens.
-    #[inline]
+    #[inline(always)]
     pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
         let home = self.table.home(self.hasher.hash_one(key));
         self.table.decide(&home, now.as_nanos(), quota, n)

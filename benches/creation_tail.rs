@@ -4,8 +4,12 @@
 //! creator of a key behind the same lock then waits for the scheduler to run it again; the
 //! p99.9 shows how often that happens.
 //!
+//! Two tables: a fixed one with room for every key, and a growable one that starts at 1,024
+//! keys and doubles eleven times while the threads create (each growth's barrier takes every
+//! creation lock once, and creations move the keys of the old size).
+//!
 //! Run: `cargo bench --bench creation_tail` (smoke: `-- --test`). Prints p50, p99, p99.9 and
-//! the maximum per call, over every thread's calls.
+//! the maximum per call, over every thread's calls, for each table.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -17,16 +21,33 @@ const THREADS: usize = 64;
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
     let per_thread: usize = if smoke { 200 } else { 20_000 };
-    let limiter = Limiter::<u64>::builder(Quota::per_hour(1).unwrap())
-        .capacity(THREADS * per_thread * 2)
+    let quota = Quota::per_hour(1).unwrap();
+    let keys = THREADS * per_thread;
+    let fixed = Limiter::<u64>::builder(quota)
+        .capacity(keys * 2)
         .build()
         .unwrap();
+    run("fixed", &fixed, per_thread);
+    let growable = Limiter::<u64>::builder(quota)
+        .capacity(1_024)
+        .max_capacity(keys * 2)
+        .build()
+        .unwrap();
+    run("growable", &growable, per_thread);
+    assert!(
+        smoke || growable.stats().growths >= 10,
+        "{:?}",
+        growable.stats()
+    );
+}
+
+fn run(table: &str, limiter: &Limiter<u64>, per_thread: usize) {
     let now = Timestamp::from_nanos(1).unwrap();
     let barrier = Barrier::new(THREADS);
     let per_thread_lat: Vec<Vec<u32>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (limiter, barrier) = (&limiter, &barrier);
+                let (limiter, barrier) = (limiter, &barrier);
                 s.spawn(move || {
                     let mut lat = Vec::with_capacity(per_thread);
                     barrier.wait();
@@ -57,7 +78,7 @@ fn main() {
     let mut all: Vec<u32> = per_thread_lat.into_iter().flatten().collect();
     all.sort_unstable();
     println!(
-        "creation_tail: {THREADS} threads x {per_thread} new keys on {} cores: \
+        "creation_tail, {table} table: {THREADS} threads x {per_thread} new keys on {} cores: \
          p50 {} ns, p99 {} ns, p99.9 {} ns, worst thread's p99.9 {} ns, max {} ns",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         at(&all, 0.5),

@@ -112,19 +112,32 @@ impl Decision {
         Self::with_outcome(Outcome::CostExceedsLimit, quota, reset_after, 0)
     }
 
-    /// A new key found the table full ([`WhenFull::Deny`](crate::WhenFull::Deny)); a slot
-    /// recovers after `retry_after` ns.
+    /// This decision of a fresh key's request, as let through untracked by a full table
+    /// ([`WhenFull::Allow`](crate::WhenFull::Allow)): the same numbers, the outcome
+    /// [`Outcome::AllowedUntracked`].
     #[inline]
-    pub(crate) fn turned_away(quota: &Quota, retry_after: u64) -> Self {
-        Self::with_outcome(Outcome::TurnedAway, quota, retry_after, retry_after)
+    pub(crate) fn untracked(self) -> Self {
+        self.relabel(Outcome::AllowedUntracked)
     }
 
-    /// A new key found the table full ([`WhenFull::Allow`](crate::WhenFull::Allow)) and was let
-    /// through as a fresh funnel would be, after which it would be full again in
-    /// `reset_after` ns.
+    /// This decision of a fresh key's request, turned away by a full table
+    /// ([`WhenFull::Deny`](crate::WhenFull::Deny)): the same limit, nothing remaining, a retry
+    /// (and reset) `retry_after` ns from now, when the least indebted candidate frees its slot.
     #[inline]
-    pub(crate) fn allowed_untracked(quota: &Quota, reset_after: u64) -> Self {
-        Self::with_outcome(Outcome::AllowedUntracked, quota, reset_after, 0)
+    pub(crate) fn turned_away_for(self, retry_after: u64) -> Self {
+        Decision {
+            reset_after: retry_after,
+            retry_after,
+            ..self.relabel(Outcome::TurnedAway)
+        }
+    }
+
+    fn relabel(self, outcome: Outcome) -> Self {
+        Decision {
+            limit_and_outcome: (self.limit_and_outcome & LIMIT_MASK)
+                | (outcome.code() << OUTCOME_SHIFT),
+            ..self
+        }
     }
 
     /// The common constructor: the quota gives the limit and the emission interval.
@@ -302,7 +315,8 @@ mod tests {
 
     #[test]
     fn turned_away_reports_nothing_remaining_and_a_retry() {
-        let d = Decision::turned_away(&Quota::view(1_000_000_000, 5), 3_000_000_000);
+        let fresh = Decision::allowed(&Quota::view(1_000_000_000, 5), 1_000_000_000);
+        let d = fresh.turned_away_for(3_000_000_000);
         assert_eq!(d.remaining(), 0);
         assert_eq!(d.retry_after(), Some(Duration::from_secs(3)));
         assert_eq!(d.to_cl_throttle(), [1, 5, 0, 3, 3]);

@@ -58,6 +58,7 @@ mod error;
 mod funnel;
 mod gcra;
 mod limiter;
+mod meter;
 mod quota;
 #[cfg(feature = "replay")]
 pub mod replay;
@@ -70,6 +71,7 @@ pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use funnel::Funnel;
 pub use limiter::{Builder, Limiter, DEFAULT_CAPACITY};
+pub use meter::Meter;
 pub use quota::Quota;
 pub use table::{Stats, WhenFull, MAX_CAPACITY};
 

@@ -8,8 +8,10 @@ use std::marker::PhantomData;
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::Decision;
 use crate::error::Error;
+use crate::meter::Meter;
 use crate::quota::Quota;
 use crate::table::{Home, Stats, Table, Updated, WhenFull};
+use crate::window::{FixedWindowQuota, SlidingWindowQuota};
 
 /// The capacity of [`Limiter::new`]: 65,536 keys (65,541 slots, a 1.2 MB table).
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
@@ -58,9 +60,9 @@ const DEFAULT_GROWABLE_START: usize = 1 << 10;
 /// assert!(by_id.check_n(&42, 3).is_allowed());
 /// # Ok::<(), funnel::Error>(())
 /// ```
-pub struct Limiter<K: ?Sized, C = DefaultClock> {
+pub struct Limiter<K: ?Sized, C = DefaultClock, Q = Quota> {
     table: Table,
-    quota: Quota,
+    quota: Q,
     when_full: WhenFull,
     hasher: ahash::RandomState,
     clock: C,
@@ -82,49 +84,98 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
     }
 }
 
-impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
+/// Keyed window counters: the same table, the same [`Decision`], a fixed or a sliding window
+/// counter in each slot instead of a funnel (`funnel::window` has their rules and ranges).
+impl<K: Hash + ?Sized> Limiter<K, DefaultClock, FixedWindowQuota> {
+    /// A builder of a keyed fixed window counter: at most `quota.limit()` units per key in
+    /// every window `[k W, (k + 1) W)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use funnel::{clock::ManualClock, window::FixedWindowQuota, Limiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_minute = Limiter::<str, _, _>::fixed_window(FixedWindowQuota::new(2, Duration::from_secs(60))?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// assert!(per_minute.check("alice").is_allowed());
+    /// assert!(per_minute.check("alice").is_allowed());
+    /// let d = per_minute.check("alice");
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(d.retry_after(), Some(Duration::from_secs(60))); // the next window
+    /// assert!(per_minute.check("bob").is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fixed_window(quota: FixedWindowQuota) -> Builder<K, DefaultClock, FixedWindowQuota> {
+        Builder::new(quota)
+    }
+}
+
+impl<K: Hash + ?Sized> Limiter<K, DefaultClock, SlidingWindowQuota> {
+    /// A builder of a keyed sliding window counter: at most about `quota.limit()` units per
+    /// key in any window-long span (the previous window's count weighted by its overlap).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use funnel::{clock::ManualClock, window::SlidingWindowQuota, Limiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let q = SlidingWindowQuota::new(4, Duration::from_secs(10))?;
+    /// let limiter = Limiter::<u64, _, _>::sliding_window(q).clock(clock.clone()).build()?;
+    /// assert!((0..4).all(|_| limiter.check(&7).is_allowed()));
+    /// // 2.5 s into the next window, the previous window's 4 weigh 4 * 7.5 / 10 = 3.
+    /// clock.advance(Duration::from_millis(12_500));
+    /// assert!(limiter.check(&7).is_allowed());
+    /// assert!(!limiter.check(&7).is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sliding_window(
+        quota: SlidingWindowQuota,
+    ) -> Builder<K, DefaultClock, SlidingWindowQuota> {
+        Builder::new(quota)
+    }
+}
+
+impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// One unit request for `key`, now.
     #[inline(always)]
     pub fn check(&self, key: &K) -> Decision {
-        self.throttle_at(key, &self.quota, 1, self.clock.now())
+        self.decide_at(key, 1, self.clock.now())
     }
 
     /// A request of `n` units for `key`, now. `n = 0` is a peek.
     #[inline(always)]
     pub fn check_n(&self, key: &K, n: u64) -> Decision {
-        self.throttle_at(key, &self.quota, n, self.clock.now())
-    }
-
-    /// A request of `n` units for `key` under `quota` instead of the limiter's own, now: as
-    /// CL.THROTTLE takes its parameters on every call. The funnel's state is only its arrival
-    /// time, so quotas may change between calls without losing the key's debt.
-    #[inline(always)]
-    pub fn throttle(&self, key: &K, quota: &Quota, n: u64) -> Decision {
-        self.throttle_at(key, quota, n, self.clock.now())
+        self.decide_at(key, n, self.clock.now())
     }
 
     /// [`check`](Self::check) at the caller's `now` (no clock read).
     #[inline(always)]
     pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.throttle_at(key, &self.quota, 1, now)
+        self.decide_at(key, 1, now)
     }
 
     /// [`check_n`](Self::check_n) at the caller's `now`.
     #[inline(always)]
     pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
-        self.throttle_at(key, &self.quota, n, now)
+        self.decide_at(key, n, now)
     }
 
-    /// [`throttle`](Self::throttle) at the caller's `now`: where every decision happens.
+    /// A request of `n` units for `key` at `now` under the limiter's quota: where every
+    /// decision of every algorithm happens.
     #[inline(always)]
-    pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
+    fn decide_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
         let home = self.table.home(self.hasher.hash_one(key));
-        self.table.decide(&home, now.as_nanos(), quota, n)
+        self.table.decide(&home, now.as_nanos(), &self.quota, n)
     }
 
     /// One unit request for each of `keys`, in order, now (one clock read for the batch),
     /// appending one decision per key to `out`. See [`check_batch_at`](Self::check_batch_at).
-    pub fn check_batch<Q: Borrow<K>>(&self, keys: &[Q], out: &mut Vec<Decision>) {
+    pub fn check_batch<B: Borrow<K>>(&self, keys: &[B], out: &mut Vec<Decision>) {
         self.check_batch_at(keys, self.clock.now(), out);
     }
 
@@ -149,9 +200,9 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// assert_eq!(allowed, [true, true, false]);
     /// # Ok::<(), funnel::Error>(())
     /// ```
-    pub fn check_batch_at<Q: Borrow<K>>(
+    pub fn check_batch_at<B: Borrow<K>>(
         &self,
-        keys: &[Q],
+        keys: &[B],
         now: Timestamp,
         out: &mut Vec<Decision>,
     ) {
@@ -160,7 +211,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         /// their turn comes. At 10 M keys: 21 ns a decision at 32, 26 ns at 16, 35 ns at 8,
         /// 45 ns at 4 (`examples/icount.rs`, batch mode).
         const AHEAD: usize = 32;
-        let home = |key: &Q| self.table.home(self.hasher.hash_one(key.borrow()));
+        let home = |key: &B| self.table.home(self.hasher.hash_one(key.borrow()));
         out.reserve(keys.len());
         let mut ahead = [Home::default(); AHEAD];
         for (slot, key) in ahead.iter_mut().zip(keys) {
@@ -191,6 +242,38 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         self.check_n_at(key, 0, now)
     }
 
+    /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.
+    pub fn reset(&self, key: &K) -> bool {
+        let home = self.table.home(self.hasher.hash_one(key));
+        self.table.reset(&home)
+    }
+
+    /// The current time on the limiter's clock, for the `*_at` variants.
+    #[inline]
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+/// The funnel's own operations: a per-call quota (as CL.THROTTLE takes one), refunds, and
+/// raising a key to a known arrival time. A window counter's state is not an arrival time, so
+/// these are the funnel's only.
+impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
+    /// A request of `n` units for `key` under `quota` instead of the limiter's own, now: as
+    /// CL.THROTTLE takes its parameters on every call. The funnel's state is only its arrival
+    /// time, so quotas may change between calls without losing the key's debt.
+    #[inline(always)]
+    pub fn throttle(&self, key: &K, quota: &Quota, n: u64) -> Decision {
+        self.throttle_at(key, quota, n, self.clock.now())
+    }
+
+    /// [`throttle`](Self::throttle) at the caller's `now`.
+    #[inline(always)]
+    pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
+        let home = self.table.home(self.hasher.hash_one(key));
+        self.table.decide(&home, now.as_nanos(), quota, n)
+    }
+
     /// The general read-modify-write of `key`'s arrival time at `now`: see `Table::update`.
     /// Public operations other than decisions (refunds, raising a key to a known arrival time)
     /// are built on it.
@@ -201,7 +284,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         f: impl FnMut(u64) -> Option<u64>,
     ) -> Updated {
         let home = self.table.home(self.hasher.hash_one(key));
-        self.table.update(&home, now.as_nanos(), f)
+        self.table.update(&home, now.as_nanos(), &self.quota, f)
     }
 
     /// Gives back `n` units charged to `key` under the limiter's quota, now: its funnel's
@@ -262,21 +345,9 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         let updated = self.update_at(key, now, |current| (tat > current).then_some(tat));
         matches!(updated, Updated::Written(..))
     }
-
-    /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.
-    pub fn reset(&self, key: &K) -> bool {
-        let home = self.table.home(self.hasher.hash_one(key));
-        self.table.reset(&home)
-    }
-
-    /// The current time on the limiter's clock, for the `*_at` variants.
-    #[inline]
-    pub fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
-impl<K: ?Sized, C> Limiter<K, C> {
+impl<K: ?Sized, C, Q> Limiter<K, C, Q> {
     /// Keys tracked: slots holding a key, including keys whose funnel has recovered but whose
     /// slot no new key has needed yet. Approximate under concurrent updates; never above
     /// [`capacity`](Self::capacity).
@@ -313,8 +384,8 @@ impl<K: ?Sized, C> Limiter<K, C> {
         self.table.stats()
     }
 
-    /// The default quota of [`check`](Self::check) and [`check_n`](Self::check_n).
-    pub fn quota(&self) -> &Quota {
+    /// The quota of [`check`](Self::check) and [`check_n`](Self::check_n).
+    pub fn quota(&self) -> &Q {
         &self.quota
     }
 
@@ -331,7 +402,7 @@ impl<K: ?Sized, C> Limiter<K, C> {
     }
 }
 
-impl<K: ?Sized, C> std::fmt::Debug for Limiter<K, C> {
+impl<K: ?Sized, C, Q: std::fmt::Debug> std::fmt::Debug for Limiter<K, C, Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
             .field("quota", &self.quota)
@@ -365,8 +436,8 @@ impl<K: ?Sized, C> std::fmt::Debug for Limiter<K, C> {
 /// # Ok::<(), funnel::Error>(())
 /// ```
 #[must_use]
-pub struct Builder<K: ?Sized, C = DefaultClock> {
-    quota: Quota,
+pub struct Builder<K: ?Sized, C = DefaultClock, Q = Quota> {
+    quota: Q,
     /// The fixed capacity, or the initial one of a growable table; `None`: the default.
     capacity: Option<usize>,
     /// `Some`: the table grows up to this many keys.
@@ -377,8 +448,8 @@ pub struct Builder<K: ?Sized, C = DefaultClock> {
     _key: PhantomData<fn(&K)>,
 }
 
-impl<K: ?Sized> Builder<K, DefaultClock> {
-    fn new(quota: Quota) -> Self {
+impl<K: ?Sized, Q> Builder<K, DefaultClock, Q> {
+    fn new(quota: Q) -> Self {
         Builder {
             quota,
             capacity: None,
@@ -391,7 +462,7 @@ impl<K: ?Sized> Builder<K, DefaultClock> {
     }
 }
 
-impl<K: ?Sized, C: Clock> Builder<K, C> {
+impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// Room for at least `keys` keys, rounded up to a whole bucket of seven slots; a 128-byte
     /// bucket per seven slots (18.3 bytes a slot). Without
     /// [`max_capacity`](Self::max_capacity) the table keeps this size for its whole life (the
@@ -437,7 +508,7 @@ impl<K: ?Sized, C: Clock> Builder<K, C> {
     }
 
     /// The clock for decisions that do not take a `now`.
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, C2, Q> {
         Builder {
             quota: self.quota,
             capacity: self.capacity,
@@ -469,7 +540,7 @@ impl<K: ?Sized, C: Clock> Builder<K, C> {
     ///
     /// [`Error::ZeroCapacity`], [`Error::CapacityTooLarge`],
     /// [`Error::MaxCapacityBelowCapacity`], [`Error::OutOfMemory`].
-    pub fn build(self) -> Result<Limiter<K, C>, Error> {
+    pub fn build(self) -> Result<Limiter<K, C, Q>, Error> {
         let hasher = match self.seed {
             Some(seed) => {
                 let mut s = seed;

@@ -172,7 +172,7 @@ fn replay_trace() -> HashMap<String, KeyTrace> {
         } else {
             1
         };
-        if count == 0 || period == 0 || count > 65_535 {
+        if count == 0 || period == 0 || count > 32_767 {
             continue;
         }
         let entry = keys

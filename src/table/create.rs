@@ -5,6 +5,7 @@
 
 use super::bucket::{tag_of, Bucket, SLOTS_PER_BUCKET};
 use super::{grow, Home, Table};
+use crate::meter::Meter;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, Ordering};
 
@@ -82,7 +83,8 @@ pub(super) enum Taken {
 pub(super) enum Placement<'a> {
     /// A free slot (EMPTY, dead, or recovered).
     Free(Victim<'a>),
-    /// None free; the least indebted live slot, the victim of last resort, and its TAT.
+    /// None free; the least indebted live slot (the earliest to expire), the victim of last
+    /// resort, and when it expires.
     Full(Victim<'a>, u64),
     /// Every candidate is being bound or moved by another thread this instant.
     Busy,
@@ -110,7 +112,7 @@ struct Scan<'a> {
 impl Table {
     /// Creates the key `fp` with arrival time `new_tat` (its first request, charged), unless a
     /// racing creator already has.
-    pub(super) fn create(&self, fp: u64, now: u64, new_tat: u64) -> Created {
+    pub(super) fn create<Q: Meter>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
         let mut round = 0;
         loop {
             let lock = lock(self.stripe(fp));
@@ -122,20 +124,20 @@ impl Table {
             // The level is read under the lock: a growth that starts later waits for our unlock
             // before moving anything (`grow.rs`, the barrier), so it sees what we bind.
             let (home, _) = self.homes(fp);
-            let victim = match self.place(&home, now) {
+            let victim = match self.place(&home, now, quota) {
                 Placement::Free(victim) => victim,
-                Placement::Full(least, tat) => {
+                Placement::Full(least, expiry) => {
                     if self.can_grow() {
                         // A table that can still grow never evicts a key in debt: make room
                         // (or wait for the growth under way) and look again. Growing takes
                         // every creation lock in turn: never while holding one.
                         drop(lock);
-                        self.make_room(now, &mut round);
+                        self.make_room(fp, now, quota, &mut round);
                         continue;
                     }
                     match self.when_full {
                         WhenFull::Evict => least,
-                        WhenFull::Deny => return self.turn_away(fp, tat - now),
+                        WhenFull::Deny => return self.turn_away(fp, expiry - now),
                         WhenFull::Allow => return self.admit_untracked(fp),
                     }
                 }
@@ -169,13 +171,13 @@ impl Table {
     /// Two-choice placement: the candidate bucket of `home` with more free slots (EMPTY, dead,
     /// or recovered) offers its slot, the first bucket on a tie; the least indebted live slot
     /// of either is the victim of last resort.
-    pub(super) fn place(&self, home: &Home, now: u64) -> Placement<'_> {
+    pub(super) fn place<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> Placement<'_> {
         let mut least: Option<(Victim<'_>, u64)> = None;
-        let first = self.scan(&self.buckets[home.first], now, &mut least);
+        let first = self.scan(&self.buckets[home.first], now, quota, &mut least);
         let second = if home.second == home.first {
             Scan::default()
         } else {
-            self.scan(&self.buckets[home.second], now, &mut least)
+            self.scan(&self.buckets[home.second], now, quota, &mut least)
         };
         let free = if second.free > first.free {
             second.slot
@@ -241,11 +243,12 @@ impl Table {
     }
 
     /// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live
-    /// slot.
-    fn scan<'a>(
+    /// slot (the earliest to expire under `quota`'s algorithm).
+    fn scan<'a, Q: Meter>(
         &'a self,
         bucket: &'a Bucket,
         now: u64,
+        quota: &Q,
         least: &mut Option<(Victim<'a>, u64)>,
     ) -> Scan<'a> {
         let mut found = Scan::default();
@@ -278,12 +281,13 @@ impl Table {
                         None => continue, // a move in progress
                     }
                 }
-                SlotState::Live { gen, tat } if tat <= now => {
+                SlotState::Live { gen, tat } if quota.expiry(tat) <= now => {
                     found.slot.get_or_insert(victim(gen, Taken::Recovered));
                 }
                 SlotState::Live { gen, tat } => {
-                    if least.is_none_or(|(_, t)| tat < t) {
-                        *least = Some((victim(gen, Taken::Forced), tat));
+                    let expiry = quota.expiry(tat);
+                    if least.is_none_or(|(_, e)| expiry < e) {
+                        *least = Some((victim(gen, Taken::Forced), expiry));
                     }
                     continue;
                 }

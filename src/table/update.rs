@@ -6,8 +6,7 @@ use super::create::Created;
 use super::lookup::Found;
 use super::{Home, Table};
 use crate::decision::Decision;
-use crate::gcra;
-use crate::quota::Quota;
+use crate::meter::Meter;
 use crate::state;
 use crate::sync::Ordering;
 
@@ -33,7 +32,7 @@ impl Table {
     /// of line in [`decide_slow`](Self::decide_slow), which takes only the fingerprint, so the
     /// hot path keeps its state in registers.
     #[inline(always)]
-    pub(crate) fn decide(&self, home: &Home, now: u64, quota: &Quota, n: u64) -> Decision {
+    pub(crate) fn decide<Q: Meter>(&self, home: &Home, now: u64, quota: &Q, n: u64) -> Decision {
         if let Some(found) = self.find(home) {
             if let Some(decision) = charge(found, home.fp, now, quota, n) {
                 return decision;
@@ -46,32 +45,32 @@ impl Table {
     /// slot was rebound or sealed under us.
     #[cold]
     #[inline(never)]
-    fn decide_slow(&self, fp: u64, now: u64, quota: &Quota, n: u64) -> Decision {
+    fn decide_slow<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, n: u64) -> Decision {
         loop {
             if let Some(found) = self.locate(fp) {
                 match charge(found, fp, now, quota, n) {
                     Some(decision) => {
                         // While the table grows, a key not moved yet moves now if it can
                         // without waiting, so its next request is a hit.
-                        self.nudge(fp, now);
+                        self.nudge(fp, now, quota);
                         return decision;
                     }
                     None => continue, // rebound or sealed under us: look again
                 }
             }
             // Absent is the same as a fresh funnel (TAT = now).
-            let (decision, write) = gcra::decide(0, now, quota, n);
+            let (decision, write) = quota.decide(0, now, n);
             let Some(new_tat) = write else {
                 return decision; // denied or a peek: an absent key stays absent
             };
             // While the table grows, every creation moves a chunk of keys (it takes locks
             // anyway; a request for a key that is present never does, so it never waits).
-            self.help_migrate(now);
-            match self.create(fp, now, new_tat) {
+            self.help_migrate(now, quota);
+            match self.create(fp, now, new_tat, quota) {
                 Created::Bound => return decision,
                 Created::Exists => continue,
-                Created::TurnedAway(retry) => return Decision::turned_away(quota, retry),
-                Created::Untracked => return Decision::allowed_untracked(quota, new_tat - now),
+                Created::TurnedAway(retry) => return decision.turned_away_for(retry),
+                Created::Untracked => return decision.untracked(),
             }
         }
     }
@@ -83,10 +82,11 @@ impl Table {
     /// every operation other than a plain decision (refunds, raising a key to a known arrival
     /// time); `f` may run several times and must be a pure function of its argument. Values
     /// above `MAX_TAT` are clamped.
-    pub(crate) fn update(
+    pub(crate) fn update<Q: Meter>(
         &self,
         home: &Home,
         now: u64,
+        quota: &Q,
         mut f: impl FnMut(u64) -> Option<u64>,
     ) -> Updated {
         let fp = home.fp;
@@ -101,8 +101,8 @@ impl Table {
                     return Updated::Unchanged(0);
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
-                self.help_migrate(now);
-                match self.create(fp, now, new_tat) {
+                self.help_migrate(now, quota);
+                match self.create(fp, now, new_tat, quota) {
                     Created::Bound => return Updated::Written(0, new_tat),
                     Created::Exists => continue 'lookup,
                     Created::TurnedAway(_) | Created::Untracked => return Updated::Full,
@@ -168,14 +168,14 @@ impl Table {
 /// word. `None` when the slot was rebound to another key or sealed by a move meanwhile (the
 /// caller looks the key up again).
 #[inline(always)]
-fn charge(found: Found<'_>, fp: u64, now: u64, quota: &Quota, n: u64) -> Option<Decision> {
+fn charge<Q: Meter>(found: Found<'_>, fp: u64, now: u64, quota: &Q, n: u64) -> Option<Decision> {
     let Found {
         bucket,
         slot: i,
         mut word,
     } = found;
     loop {
-        let (decision, write) = gcra::decide(state::tat_of(word), now, quota, n);
+        let (decision, write) = quota.decide(state::tat_of(word), now, n);
         let Some(new_tat) = write else {
             // A denial or a peek writes nothing, and needs no second read: `word` was this
             // key's funnel when it was loaded (DESIGN.md, "A denial reads one word").

@@ -5,14 +5,16 @@
 //! The word:
 //!
 //! ```text
-//!  63                                        22 21                  0
-//! +--------------------------------------------+---------------------+
-//! |  window index + 1 (42 bits)                 |  count (22 bits)    |
-//! +--------------------------------------------+---------------------+
+//!  63 62 61                                  22 21                  0
+//! +-----+--------------------------------------+---------------------+
+//! |  0  |  window index + 1 (40 bits)           |  count (22 bits)    |
+//! +-----+--------------------------------------+---------------------+
 //! ```
 //!
 //! `0` is an absent key (the index field of a written word is at least 1). The window index
-//! is `now / W`; with `W >= 1 ms` it stays below `2^42 - 1` over the clock's whole range.
+//! is `now / W`; with `W >= 4 ms` it stays below `2^40 - 2` over the clock's whole range, so
+//! a word is below `2^62 - 2^22`: it fits the 62-bit payload of a keyed table's slot, below
+//! the slot's marker states (`state.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,8 +25,8 @@ use crate::decision::{Decision, Outcome};
 
 const COUNT_BITS: u32 = 22;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-/// The shortest window: `MAX_TIME / 1 ms < 2^42 - 1`.
-const MIN_WINDOW: Duration = Duration::from_millis(1);
+/// The shortest window: `MAX_TIME / 4 ms < 2^40 - 2`.
+const MIN_WINDOW: Duration = Duration::from_millis(4);
 
 /// A fixed window quota: `limit` units per `window`.
 ///
@@ -45,7 +47,7 @@ const MIN_WINDOW: Duration = Duration::from_millis(1);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FixedWindowQuota {
     pub(crate) limit: u64,
-    /// Window length, ns, `>= 1 ms`, `window * limit <= 2^62`.
+    /// Window length, ns, `>= 4 ms`, `window * limit <= 2^62`.
     pub(crate) window: u64,
 }
 
@@ -55,7 +57,7 @@ impl FixedWindowQuota {
     /// # Errors
     ///
     /// [`WindowError::ZeroLimit`]; [`WindowError::LimitTooLarge`] above 4,194,303 (22 bits);
-    /// [`WindowError::WindowTooShort`] under 1 ms; [`WindowError::WindowTooLong`] when
+    /// [`WindowError::WindowTooShort`] under 4 ms; [`WindowError::WindowTooLong`] when
     /// `window * limit` exceeds 2^62 ns.
     pub fn new(limit: u64, window: Duration) -> Result<FixedWindowQuota, WindowError> {
         let window = validate(limit, window, COUNT_BITS, MIN_WINDOW)?;
@@ -118,9 +120,7 @@ pub(crate) fn decide(
 }
 
 /// The time from which `word` says the same as an absent key: the end of its window (`0` for
-/// an absent word).
-// Only tests call it until the keyed table is generic over the algorithm (its lazy eviction).
-#[cfg_attr(not(test), allow(dead_code))]
+/// an absent word). A keyed table reuses the slot of a key from then on.
 pub(crate) fn expiry(word: u64, quota: &FixedWindowQuota) -> u64 {
     match unpack(word) {
         Some((index, _)) => index.saturating_add(1).saturating_mul(quota.window),
@@ -251,7 +251,7 @@ mod tests {
         for seed in 0..200u64 {
             let mut s = seed;
             let limit = 1 + rng(&mut s) % 9;
-            let window = 1_000_000 * (1 + rng(&mut s) % 5);
+            let window = 4_000_000 * (1 + rng(&mut s) % 5);
             let q = FixedWindowQuota::new(limit, Duration::from_nanos(window)).unwrap();
             let (mut word, mut now, mut model) = (0u64, rng(&mut s) % 10_000_000, Model::default());
             for step in 0..300 {
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn arbitrary_words_and_extreme_times_never_overflow() {
-        let q = FixedWindowQuota::new(COUNT_MASK, Duration::from_millis(1)).unwrap();
+        let q = FixedWindowQuota::new(COUNT_MASK, Duration::from_millis(4)).unwrap();
         for word in [u64::MAX, 1, COUNT_MASK, !COUNT_MASK, 1 << 63] {
             for now in [0, crate::state::MAX_TIME_NANOS] {
                 for n in [0, 1, COUNT_MASK, u64::MAX] {

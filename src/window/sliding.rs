@@ -11,14 +11,16 @@
 //! The word:
 //!
 //! ```text
-//!  63                         32 31              16 15               0
-//! +-----------------------------+------------------+------------------+
-//! |  window index + 1 (32 bits) |  prev (16 bits)  |  cur (16 bits)   |
-//! +-----------------------------+------------------+------------------+
+//!  63 62 61                      30 29              15 14               0
+//! +-----+-------------------------+------------------+------------------+
+//! |  0  | window index + 1 (32 b) |  prev (15 bits)  |  cur (15 bits)   |
+//! +-----+-------------------------+------------------+------------------+
 //! ```
 //!
-//! `0` is an absent key. With `W >= 1 s` the index stays below `2^32 - 1` over the clock's
-//! whole range; counts are at most the limit, so at most 65,535.
+//! `0` is an absent key. With `W >= 1 s` the index stays below `2^32 - 2` over the clock's
+//! whole range, so a word is below `2^62 - 2^30`: it fits the 62-bit payload of a keyed
+//! table's slot, below the slot's marker states (`state.rs`). Counts are at most the limit,
+//! so at most 32,767.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,9 +29,9 @@ use super::{decision, validate, WindowError};
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::{Decision, Outcome};
 
-const COUNT_BITS: u32 = 16;
+const COUNT_BITS: u32 = 15;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-/// The shortest window: `MAX_TIME / 1 s < 2^32 - 1`.
+/// The shortest window: `MAX_TIME / 1 s < 2^32 - 2`.
 const MIN_WINDOW: Duration = Duration::from_secs(1);
 
 /// A sliding window quota: `limit` units per any `window`-long span (estimated).
@@ -60,7 +62,7 @@ impl SlidingWindowQuota {
     ///
     /// # Errors
     ///
-    /// [`WindowError::ZeroLimit`]; [`WindowError::LimitTooLarge`] above 65,535 (16 bits);
+    /// [`WindowError::ZeroLimit`]; [`WindowError::LimitTooLarge`] above 32,767 (15 bits);
     /// [`WindowError::WindowTooShort`] under 1 s; [`WindowError::WindowTooLong`] when
     /// `window * limit` exceeds 2^62 ns.
     pub fn new(limit: u64, window: Duration) -> Result<SlidingWindowQuota, WindowError> {
@@ -83,7 +85,7 @@ impl SlidingWindowQuota {
 fn unpack(word: u64) -> Option<(u64, u64, u64)> {
     (word != 0).then(|| {
         (
-            (word >> 32) - 1,
+            (word >> (2 * COUNT_BITS)) - 1,
             (word >> COUNT_BITS) & COUNT_MASK,
             word & COUNT_MASK,
         )
@@ -92,7 +94,7 @@ fn unpack(word: u64) -> Option<(u64, u64, u64)> {
 
 fn pack(index: u64, prev: u64, cur: u64) -> u64 {
     debug_assert!(prev <= COUNT_MASK && cur <= COUNT_MASK);
-    ((index + 1) << 32) | (prev << COUNT_BITS) | cur
+    ((index + 1) << (2 * COUNT_BITS)) | (prev << COUNT_BITS) | cur
 }
 
 /// `prev * (W - e) + cur * W`: the estimate times `W`.
@@ -179,9 +181,8 @@ pub(crate) fn decide(
     }
 }
 
-/// The time from which `word` says the same as an absent key (`0` for an absent word).
-// Only tests call it until the keyed table is generic over the algorithm (its lazy eviction).
-#[cfg_attr(not(test), allow(dead_code))]
+/// The time from which `word` says the same as an absent key (`0` for an absent word). A
+/// keyed table reuses the slot of a key from then on.
 pub(crate) fn expiry(word: u64, quota: &SlidingWindowQuota) -> u64 {
     match unpack(word) {
         Some((i, _, c)) if c > 0 => i.saturating_add(2).saturating_mul(quota.window),

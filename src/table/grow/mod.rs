@@ -31,6 +31,7 @@ use super::bucket::{tag_of, SLOTS_PER_BUCKET};
 use super::create::{lock, try_lock, BindAs, Placement};
 use super::lookup::{complete, Found};
 use super::{Home, Shape, Table};
+use crate::meter::Meter;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -179,12 +180,24 @@ impl Table {
         })
     }
 
-    /// For a new key that found its candidates full in a table that can still grow: splits a
-    /// chunk of the migration under way, or starts a growth, or, when another thread is doing
-    /// either and there is nothing to claim, waits a little (`round` counts the waits, for
-    /// backing off). The caller looks again.
-    pub(super) fn make_room(&self, now: u64, round: &mut u32) {
-        if self.help_migrate(now) || self.start_growth() {
+    /// For the new key `fp` that found its candidates full in a table that can still grow:
+    /// while a migration is open, splits the key's own candidates that are buckets of the old
+    /// level (not split yet, they still hold keys that are leaving; splitting is idempotent, so
+    /// doing it ahead of the helper that will claim them is harmless) and one claimed chunk;
+    /// otherwise starts a growth; or, when another thread is starting one, waits a little
+    /// (`round` counts the waits, for backing off). The caller looks again.
+    pub(super) fn make_room<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, round: &mut u32) {
+        if let (home, Some(old)) = self.homes(fp) {
+            let new_mask = self.growth().map_or(0, Growth::mask_in_use);
+            let old_buckets = (new_mask >> 1) as usize + 1;
+            for c in home.buckets().filter(|&c| c < old_buckets) {
+                self.split(c, new_mask, now, quota);
+            }
+            let _ = old;
+            if self.help_migrate(now, quota) {
+                return;
+            }
+        } else if self.start_growth() {
             return;
         }
         spin(*round);
@@ -244,7 +257,7 @@ impl Table {
     /// Splits one chunk of the old level's buckets (step 2), if a migration is under way and
     /// has chunks left to claim; the helper that finishes the last one settles the new level
     /// (step 3). True when it split something.
-    pub(super) fn help_migrate(&self, now: u64) -> bool {
+    pub(super) fn help_migrate<Q: Meter>(&self, now: u64, quota: &Q) -> bool {
         let Some(g) = self.growth() else {
             return false;
         };
@@ -267,7 +280,7 @@ impl Table {
         let end = (start + CHUNK).min(old);
         let new_mask = (1u64 << level) - 1;
         for b in start..end {
-            self.split(b as usize, new_mask, now);
+            self.split(b as usize, new_mask, now, quota);
         }
         let split = (end - start) as usize;
         // AcqRel: Release publishes our moves to the helper that finishes; Acquire makes every
@@ -283,7 +296,7 @@ impl Table {
 
     /// Moves every live key of old bucket `b` whose candidates under `new_mask` do not include
     /// `b`.
-    fn split(&self, b: usize, new_mask: u64, now: u64) {
+    fn split<Q: Meter>(&self, b: usize, new_mask: u64, now: u64, quota: &Q) {
         let bucket = &self.buckets[b];
         for slot in 0..SLOTS_PER_BUCKET {
             // Acquire, both: as a reader's (`lookup::validate`); `move_key` validates again under
@@ -294,7 +307,7 @@ impl Table {
             }
             let (first, second) = candidates(fp, new_mask);
             if first != b && second != b {
-                self.move_key(fp, b, slot, new_mask, now);
+                self.move_key(fp, b, slot, new_mask, now, quota);
             }
         }
     }
@@ -302,7 +315,15 @@ impl Table {
     /// Moves the key `fp` out of slot `slot` of old bucket `b` into one of its candidates under
     /// `new_mask`, or drops it if its funnel has recovered by `now` (a recovered funnel is an
     /// absent key). The module doc gives the steps.
-    fn move_key(&self, fp: u64, b: usize, slot: usize, new_mask: u64, now: u64) {
+    fn move_key<Q: Meter>(
+        &self,
+        fp: u64,
+        b: usize,
+        slot: usize,
+        new_mask: u64,
+        now: u64,
+        quota: &Q,
+    ) {
         // Under the key's lock no creator or other mover of `fp` runs; the source may still be
         // updated by its readers, reset, or evicted by a creator of another key.
         let _lock = lock(self.stripe(fp));
@@ -313,14 +334,24 @@ impl Table {
             first,
             second,
         };
-        self.relocate(fp, b, slot, &home, now, Mode::Migrate);
+        self.relocate(fp, b, slot, &home, now, quota, Mode::Migrate);
     }
 
     /// The move itself, under `fp`'s creation lock (held by the caller): from slot `slot` of
     /// bucket `b` to a slot of `to`'s buckets, or a drop if the funnel has recovered by `now`.
     /// False when nothing moved: the source no longer held the key (evicted by a creator of
     /// another key), or, unless `mode` is [`Mode::Migrate`], no free target slot was there.
-    fn relocate(&self, fp: u64, b: usize, slot: usize, to: &Home, now: u64, mode: Mode) -> bool {
+    #[allow(clippy::too_many_arguments)] // the move's source, target and who moves: one call site each
+    fn relocate<Q: Meter>(
+        &self,
+        fp: u64,
+        b: usize,
+        slot: usize,
+        to: &Home,
+        now: u64,
+        quota: &Q,
+        mode: Mode,
+    ) -> bool {
         let source = &self.buckets[b];
         let mut target: Option<Found<'_>> = None;
         loop {
@@ -332,8 +363,8 @@ impl Table {
                 return false;
             };
             let tat = state::tat_of(word);
-            if tat > now && target.is_none() {
-                match self.pending_target(to, now, mode) {
+            if quota.expiry(tat) > now && target.is_none() {
+                match self.pending_target(to, now, quota, mode) {
                     Some(placed) => target = Some(placed),
                     None => return false,
                 }
@@ -376,7 +407,7 @@ impl Table {
     /// slot is free, so its next request is a hit on the hot path again. Never waits: a request
     /// for a key that is present must not depend on another thread (updates stay lock-free);
     /// the migration moves whatever is left.
-    pub(super) fn nudge(&self, fp: u64, now: u64) {
+    pub(super) fn nudge<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) {
         let (home, Some(old)) = self.homes(fp) else {
             return;
         };
@@ -387,7 +418,7 @@ impl Table {
             for slot in 0..SLOTS_PER_BUCKET {
                 if live_word(&self.buckets[b], slot, fp).is_some() {
                     if let Some(_lock) = try_lock(self.stripe(fp)) {
-                        self.relocate(fp, b, slot, &home, now, Mode::Nudge);
+                        self.relocate(fp, b, slot, &home, now, quota, Mode::Nudge);
                     }
                     return;
                 }
@@ -401,16 +432,22 @@ impl Table {
     /// if no key can go evicts the least indebted live one (a migration's move cannot fail),
     /// whatever the table's [`WhenFull`](crate::WhenFull); it also waits out slots that other
     /// threads are binding. The other modes neither evict nor wait: `None`.
-    fn pending_target(&self, home: &Home, now: u64, mode: Mode) -> Option<Found<'_>> {
+    fn pending_target<Q: Meter>(
+        &self,
+        home: &Home,
+        now: u64,
+        quota: &Q,
+        mode: Mode,
+    ) -> Option<Found<'_>> {
         let mut round = 0;
         let mut tried = false;
         loop {
-            let victim = match (self.place(home, now), mode) {
+            let victim = match (self.place(home, now, quota), mode) {
                 (Placement::Free(victim), _) => victim,
                 (Placement::Full(least, _), Mode::Migrate) => {
                     if !tried {
                         tried = true;
-                        if self.make_room_for(home, now) {
+                        if self.make_room_for(home, now, quota) {
                             continue;
                         }
                     }
@@ -440,7 +477,7 @@ impl Table {
     /// so a later mover can find both its buckets full of keys that each have room elsewhere.
     /// The key moved needs its own creation lock: taken only if free (the caller holds one
     /// lock already), or already held when it shares the caller's. True when a slot was freed.
-    fn make_room_for(&self, home: &Home, now: u64) -> bool {
+    fn make_room_for<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> bool {
         let mask = self.growth().map_or(0, Growth::mask_in_use);
         let held = self.stripe(home.fp) as *const AtomicBool;
         for c in home.buckets() {
@@ -453,7 +490,7 @@ impl Table {
                 }
                 let (first, second) = candidates(fp, mask);
                 let other = if first == c { second } else { first };
-                if other == c || !has_free_slot(self, other, now) {
+                if other == c || !has_free_slot(self, other, now, quota) {
                     continue;
                 }
                 let stripe = self.stripe(fp);
@@ -471,7 +508,7 @@ impl Table {
                     first: other,
                     second: other,
                 };
-                if self.relocate(fp, c, slot, &to, now, Mode::Cuckoo) {
+                if self.relocate(fp, c, slot, &to, now, quota, Mode::Cuckoo) {
                     return true;
                 }
             }
@@ -518,14 +555,14 @@ enum Mode {
 }
 
 /// Whether bucket `b` has a slot a creator could take at `now` (EMPTY, dead, or recovered).
-fn has_free_slot(table: &Table, b: usize, now: u64) -> bool {
+fn has_free_slot<Q: Meter>(table: &Table, b: usize, now: u64, quota: &Q) -> bool {
     let home = Home {
         fp: FIRST_FP,
         tag: 0,
         first: b,
         second: b,
     };
-    matches!(table.place(&home, now), Placement::Free(_))
+    matches!(table.place(&home, now, quota), Placement::Free(_))
 }
 
 /// The live word of slot `slot` of `bucket` while it is bound to `fp`.

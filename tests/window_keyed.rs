@@ -1,0 +1,222 @@
+//! Window counters inside the keyed table (`Limiter::fixed_window`, `Limiter::sliding_window`):
+//! per key, the same answers as the single-key counters (which are held to reference models in
+//! `src/window/`), exact counts under contention, lazy eviction once a key's windows have
+//! passed, and exactness while the table grows.
+
+use std::collections::HashMap;
+use std::sync::Barrier;
+use std::thread;
+use std::time::Duration;
+
+use funnel::clock::ManualClock;
+use funnel::window::{FixedWindow, FixedWindowQuota, SlidingWindow, SlidingWindowQuota};
+use funnel::{Decision, Limiter, Timestamp};
+use funnel_testkit::Rng;
+
+const S: u64 = 1_000_000_000;
+
+/// Admissions per key of one thread: the fixed counter's, the sliding counter's.
+type Admitted = (HashMap<u64, u32>, HashMap<u64, u32>);
+
+/// Random traces over a few keys: each keyed decision equals the decision of that key's own
+/// single-key counter, fed the same requests.
+fn same_as_single_key<W>(
+    keyed: impl Fn(u64, u64, Timestamp) -> Decision,
+    single: impl Fn() -> W,
+    decide: impl Fn(&W, u64, Timestamp) -> Decision,
+    window: u64,
+    seed: u64,
+) -> usize {
+    let mut rng = Rng::new(seed);
+    let mut singles: HashMap<u64, W> = HashMap::new();
+    let mut now = rng.below(10 * S);
+    let mut denied = 0;
+    for step in 0..3_000 {
+        now += rng.below(window / 3);
+        let key = rng.below(6);
+        let n = rng.below(4);
+        let at = Timestamp::from_nanos(now).unwrap();
+        let got = keyed(key, n, at);
+        let want = decide(singles.entry(key).or_insert_with(&single), n, at);
+        assert_eq!(
+            got, want,
+            "seed {seed} step {step}: key {key} cost {n} at {now}"
+        );
+        denied += usize::from(!got.is_allowed());
+    }
+    denied
+}
+
+#[test]
+fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
+    for seed in 0..20 {
+        let q = FixedWindowQuota::new(5, Duration::from_secs(2)).unwrap();
+        let limiter = Limiter::<u64, _, _>::fixed_window(q)
+            .capacity(64)
+            .build()
+            .unwrap();
+        let denied = same_as_single_key(
+            |key, n, at| limiter.check_n_at(&key, n, at),
+            || FixedWindow::with_clock(q, ManualClock::new()),
+            |w, n, at| w.check_n_at(n, at),
+            2 * S,
+            seed,
+        );
+        assert!(denied > 100, "seed {seed}: only {denied} denials");
+        limiter.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_keyed_sliding_window_answers_as_each_keys_own_counter() {
+    for seed in 0..20 {
+        let q = SlidingWindowQuota::new(5, Duration::from_secs(2)).unwrap();
+        let limiter = Limiter::<u64, _, _>::sliding_window(q)
+            .capacity(64)
+            .build()
+            .unwrap();
+        let denied = same_as_single_key(
+            |key, n, at| limiter.check_n_at(&key, n, at),
+            || SlidingWindow::with_clock(q, ManualClock::new()),
+            |w, n, at| w.check_n_at(n, at),
+            2 * S,
+            seed,
+        );
+        assert!(denied > 100, "seed {seed}: only {denied} denials");
+        limiter.check_invariants().unwrap();
+    }
+}
+
+/// Four threads ask for 200 keys, six times each per window, on a frozen clock: every key
+/// admits exactly its limit in each window, for both counters.
+#[test]
+fn threads_admit_exactly_the_limit_per_key_and_window() {
+    const THREADS: usize = 4;
+    const KEYS: u64 = 200;
+    let fixed = FixedWindowQuota::new(3, Duration::from_secs(10)).unwrap();
+    let sliding = SlidingWindowQuota::new(3, Duration::from_secs(10)).unwrap();
+    let clock = ManualClock::new();
+    let f = Limiter::<u64, _, _>::fixed_window(fixed)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let s = Limiter::<u64, _, _>::sliding_window(sliding)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for window in 0..3 {
+        let barrier = Barrier::new(THREADS);
+        let admitted: Vec<Admitted> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..THREADS as u64)
+                .map(|t| {
+                    let (f, s, barrier) = (&f, &s, &barrier);
+                    scope.spawn(move || {
+                        let mut rng = Rng::new(window * 10 + t);
+                        let mut order: Vec<u64> =
+                            (0..KEYS).flat_map(|k| std::iter::repeat_n(k, 6)).collect();
+                        for i in (1..order.len()).rev() {
+                            order.swap(i, rng.below(i as u64 + 1) as usize);
+                        }
+                        let (mut af, mut as_) = (HashMap::new(), HashMap::new());
+                        barrier.wait();
+                        for key in order {
+                            if f.check(&key).is_allowed() {
+                                *af.entry(key).or_insert(0) += 1;
+                            }
+                            if s.check(&key).is_allowed() {
+                                *as_.entry(key).or_insert(0) += 1;
+                            }
+                        }
+                        (af, as_)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for key in 0..KEYS {
+            let sum = |pick: fn(&Admitted) -> &HashMap<u64, u32>| {
+                admitted
+                    .iter()
+                    .map(|p| pick(p).get(&key).copied().unwrap_or(0))
+                    .sum::<u32>()
+            };
+            assert_eq!(sum(|p| &p.0), 3, "fixed window {window}, key {key}");
+            // The sliding counter's previous window weighs fully at the very start of the next
+            // one: after a window that admitted 3 nothing passes; after one that admitted
+            // nothing, 3 do again.
+            let expected = if window % 2 == 0 { 3 } else { 0 };
+            assert_eq!(
+                sum(|p| &p.1),
+                expected,
+                "sliding window {window}, key {key}"
+            );
+        }
+        f.check_invariants().unwrap();
+        s.check_invariants().unwrap();
+        // To the very start of the next window.
+        clock.advance(Duration::from_secs(10));
+    }
+}
+
+/// A small table and a stream of new keys: once a key's windows have passed its slot goes to
+/// another key (lazily, as a recovered funnel's does), so the table keeps taking new keys
+/// without evicting any that could still answer differently from an absent one.
+#[test]
+fn a_key_whose_windows_have_passed_gives_its_slot_to_a_new_key() {
+    let q = FixedWindowQuota::new(1, Duration::from_secs(1)).unwrap();
+    let clock = ManualClock::new();
+    let limiter = Limiter::<u64, _, _>::fixed_window(q)
+        .capacity(70)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for round in 0..20u64 {
+        for i in 0..40 {
+            let key = round * 1_000 + i;
+            assert!(limiter.check(&key).is_allowed(), "round {round}, key {key}");
+            assert!(!limiter.check(&key).is_allowed());
+        }
+        clock.advance(Duration::from_secs(1));
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.forced_evictions, 0, "{stats:?}");
+    assert!(stats.recovered_evictions > 500, "{stats:?}");
+    assert!(stats.keys <= limiter.capacity());
+    limiter.check_invariants().unwrap();
+}
+
+#[test]
+fn a_growable_sliding_window_table_keeps_every_count_through_its_growths() {
+    let q = SlidingWindowQuota::new(2, Duration::from_secs(60)).unwrap();
+    let limiter = Limiter::<u64, _, _>::sliding_window(q)
+        .capacity(100)
+        .max_capacity(1 << 20)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    for key in 0..30_000u64 {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    assert!(limiter.stats().growths >= 5, "{:?}", limiter.stats());
+    for key in 0..30_000u64 {
+        assert!(limiter.check(&key).is_allowed(), "second request of {key}");
+        let d = limiter.check(&key);
+        assert!(!d.is_allowed(), "third request of {key}: {d:?}");
+        assert_eq!(d.remaining(), 0);
+    }
+    limiter.check_invariants().unwrap();
+}
+
+#[test]
+fn a_reset_key_starts_a_fresh_window() {
+    let q = FixedWindowQuota::new(1, Duration::from_secs(60)).unwrap();
+    let limiter = Limiter::<str, _, _>::fixed_window(q)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert!(limiter.check("k").is_allowed());
+    assert!(!limiter.check("k").is_allowed());
+    assert!(limiter.reset("k"));
+    assert!(limiter.check("k").is_allowed());
+    assert_eq!(limiter.peek("k").remaining(), 0);
+}

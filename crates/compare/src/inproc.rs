@@ -4,7 +4,8 @@ use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
-    fake_clock, funnel_manual, funnel_real, mutex_manual, mutex_real, Batched, ClockPolicy,
+    fake_clock, funnel_grown_manual, funnel_grown_real, funnel_manual, funnel_real, mutex_manual,
+    mutex_real, Batched, ClockPolicy,
     GovKeyed, Limit, QuotaKind,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
@@ -111,6 +112,9 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
 pub enum Comp {
     Funnel,
     FunnelBatch,
+    /// funnel with a growable table: started at 1,024 keys, grown by the prefill up to the same
+    /// maximum as `Funnel`'s fixed table.
+    FunnelGrown,
     GovDirect,
     GovKeyed,
     GovKeyedAhash,
@@ -122,6 +126,7 @@ impl Comp {
         match self {
             Comp::Funnel => "funnel",
             Comp::FunnelBatch => "funnel-batch",
+            Comp::FunnelGrown => "funnel-grown",
             Comp::GovDirect => "governor-direct",
             Comp::GovKeyed => "governor-keyed",
             Comp::GovKeyedAhash => "governor-keyed-ahash",
@@ -132,9 +137,10 @@ impl Comp {
     /// Every competitor of the in-process tables. To add one: a variant here, its label, its
     /// place in `competitors`, its prefill estimate in `prefill_weight`, and how to build it
     /// for each clock policy in `bench` (anything implementing `limiters::Limit`).
-    pub const IN_TABLE: [Comp; 6] = [
+    pub const IN_TABLE: [Comp; 7] = [
         Comp::Funnel,
         Comp::FunnelBatch,
+        Comp::FunnelGrown,
         Comp::GovDirect,
         Comp::GovKeyed,
         Comp::GovKeyedAhash,
@@ -144,6 +150,10 @@ impl Comp {
 
 fn competitors(wl: &Workload, key_type: &str) -> Vec<Comp> {
     let mut v = vec![Comp::Funnel, Comp::FunnelBatch];
+    // The growable table where growing matters: the large key spaces.
+    if matches!(wl.role, "W3" | "W4") {
+        v.push(Comp::FunnelGrown);
+    }
     if wl.role == "W1" && key_type == "u64" {
         v.push(Comp::GovDirect);
     }
@@ -201,6 +211,8 @@ fn prefill_weight(wl: &Workload, comp: Comp, is_string: bool, threads: usize) ->
         (Comp::GovDirect, _) => 0.0,
         (Comp::Funnel | Comp::FunnelBatch, false) => 150e-9,
         (Comp::Funnel | Comp::FunnelBatch, true) => 300e-9,
+        (Comp::FunnelGrown, false) => 250e-9,
+        (Comp::FunnelGrown, true) => 400e-9,
         (Comp::GovKeyed | Comp::GovKeyedAhash, false) => 350e-9,
         (Comp::GovKeyed | Comp::GovKeyedAhash, true) => 900e-9,
         (Comp::MutexMap, false) => 250e-9,
@@ -264,6 +276,10 @@ fn bench<K: Key>(
         }
         (Comp::FunnelBatch, ClockPolicy::Manual) => {
             m.run(ctx, || funnel_manual::<K>(fq, cap).map(Batched))
+        }
+        (Comp::FunnelGrown, ClockPolicy::Real) => m.run(ctx, || funnel_grown_real::<K>(fq, cap)),
+        (Comp::FunnelGrown, ClockPolicy::Manual) => {
+            m.run(ctx, || funnel_grown_manual::<K>(fq, cap))
         }
         (Comp::GovDirect, ClockPolicy::Real) => m.run(ctx, || Ok(RateLimiter::direct(gq))),
         (Comp::GovDirect, ClockPolicy::Manual) => {

@@ -358,6 +358,36 @@ pub fn funnel_manual<K: Hash + ?Sized>(
         .map_err(|e| format!("funnel: {e}"))
 }
 
+/// The initial capacity of the growable competitor: the smallest table the issue asks about.
+pub const GROWN_START: usize = 1_024;
+
+/// funnel with a growable table starting at [`GROWN_START`] keys, up to `max_capacity`.
+pub fn funnel_grown_real<K: Hash + ?Sized>(
+    q: funnel::Quota,
+    max_capacity: usize,
+) -> Result<Limiter<K>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(GROWN_START)
+        .max_capacity(max_capacity)
+        .build()
+        .map_err(|e| format!("funnel (growable): {e}"))
+}
+
+/// [`funnel_grown_real`] on the manual clock.
+pub fn funnel_grown_manual<K: Hash + ?Sized>(
+    q: funnel::Quota,
+    max_capacity: usize,
+) -> Result<Limiter<K, ManualClock>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(GROWN_START)
+        .max_capacity(max_capacity)
+        .clock(ManualClock::starting_at(
+            Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"),
+        ))
+        .build()
+        .map_err(|e| format!("funnel (growable): {e}"))
+}
+
 pub fn mutex_real<K: Key0>(kind: QuotaKind) -> MutexMap<K, QuantaClock> {
     let (cap, t) = kind.mutex_map();
     MutexMap {

@@ -211,8 +211,15 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
         /// their turn comes. At 10 M keys: 21 ns a decision at 32, 26 ns at 16, 35 ns at 8,
         /// 45 ns at 4 (`examples/icount.rs`, batch mode).
         const AHEAD: usize = 32;
+        /// Below this many bytes in use the table stays in the CPU's caches, and looking ahead
+        /// only costs (at 1,000 keys: 9.4 ns a decision with it, 7.7 ns without).
+        const CACHED: usize = 1 << 20;
         let home = |key: &B| self.table.home(self.hasher.hash_one(key.borrow()));
         out.reserve(keys.len());
+        if self.table.memory_bytes() < CACHED {
+            out.extend(keys.iter().map(|key| self.decide_at(key.borrow(), 1, now)));
+            return;
+        }
         let mut ahead = [Home::default(); AHEAD];
         for (slot, key) in ahead.iter_mut().zip(keys) {
             *slot = home(key);

@@ -9,6 +9,8 @@
 //!   replay test;
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
 //!   them) for funnel-redis's tests and example and the harness's Redis rows;
+//! * [`redis_limiter`] (feature `redis`): a funnel-redis limiter with a generous timeout, for
+//!   funnel-redis's tests;
 //! * [`workload`] (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
 //! Not published; not part of the library.
@@ -18,6 +20,8 @@ pub mod fuzz;
 pub mod memory;
 pub mod model;
 pub mod mutex_map;
+#[cfg(feature = "redis")]
+pub mod redis_limiter;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod rng;

@@ -1,7 +1,7 @@
 //! # funnel
 //!
-//! A bounded-memory keyed rate limiter for the hot path of proxies and gateways: lock-free
-//! updates; new keys take a per-bucket creation lock.
+//! A bounded-memory keyed rate limiter for the hot path of proxies and gateways: updates of
+//! present keys are lock-free; creating a new key takes a per-stripe creation lock.
 //!
 //! Each key (a client IP, a token, a `user:action` string) gets a **funnel** (a leaky bucket used
 //! as a meter): a burst capacity, the *limit*, that leaks back at `count` actions per `period`;

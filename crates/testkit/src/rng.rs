@@ -65,6 +65,14 @@ impl Rng {
         &items[self.below(items.len() as u64) as usize]
     }
 
+    /// Shuffles `items` in place, every order equally likely (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+
     /// Random bytes.
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next_u64() as u8).collect()
@@ -81,6 +89,21 @@ mod tests {
         let mut r = Rng::new(0);
         assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
         assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+    }
+
+    #[test]
+    fn a_shuffle_is_a_permutation_that_depends_on_the_seed() {
+        let shuffled = |seed| {
+            let mut v: Vec<u32> = (0..100).collect();
+            Rng::new(seed).shuffle(&mut v);
+            v
+        };
+        let (a, b) = (shuffled(1), shuffled(2));
+        assert_ne!(a, b);
+        assert_eq!(a, shuffled(1));
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<u32>>());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loom models of the keyed table's slot protocol (src/table/loom.rs): one model per race in
-# docs/DESIGN.md, "Why each race comes out right", each on a one- or two-bucket table; and of
-# the policies built on it (src/multi/loom.rs).
+# docs/DESIGN.md, "Why each race comes out right", each on a one- or two-bucket table; of its
+# growth (src/table/grow/loom.rs); and of the policies built on it (src/multi/loom.rs).
 #
 # * The crate's own cfg, `funnel_loom`, never the global `loom` one (which would switch every
 #   crate in the graph that checks it).
@@ -10,7 +10,7 @@
 # * LOOM_MAX_PREEMPTIONS defaults to 3: about 10 s for all models on 2 cores once built (2: about
 #   2 s; 4: about a minute). The build itself (loom and the crate in release) takes minutes.
 # * Extra arguments go to the test harness: `bash .ci/loom.sh --include-ignored` also runs the
-#   two ignored models, reproducers of the generation-ABA residual, which fail today.
+#   one ignored model, a reproducer of the generation-ABA residual, which fails today.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,13 +1,14 @@
 //! [`LiveConfig`]: any configuration (a tower layer's set of policies, a table of quotas)
-//! replaced while traffic flows, read on the hot path with one atomic load and no lock.
+//! replaced while traffic flows, read on the hot path with one atomic load (a read lock only
+//! on the first read after a replacement).
 //!
 //! Each reader keeps its own handle, a [`ConfigReader`], holding an `Arc` of the configuration
 //! it last saw and that configuration's version. Reading compares the handle's version with
 //! the cell's (one Acquire load); only after a replacement does the handle take the cell's lock,
 //! once, to pick up the new `Arc`. An old configuration is freed when the last handle still
 //! holding it moves on or is dropped: reclamation by reference count, with no `unsafe` (an
-//! epoch-reclaimed pointer would need it, and the crate forbids it). `docs/DESIGN.md`, "Live
-//! reconfiguration".
+//! epoch-reclaimed pointer would need it, and the crate denies `unsafe_code`).
+//! `docs/DESIGN.md`, "Live reconfiguration".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

@@ -1,11 +1,16 @@
-//! The crate's one error type: every way a quota, a time or a limiter configuration can be
-//! wrong, each variant saying what was wrong and what the bounds are.
+//! [`Error`]: every way a funnel quota, a time or a limiter configuration can be wrong, each
+//! variant saying what was wrong and what the bounds are. The window counters' quotas, whose
+//! bounds come from their packed words, have their own error type,
+//! [`WindowError`](crate::window::WindowError).
 
 use std::fmt;
 use std::time::Duration;
 
-/// What went wrong when building a [`Quota`](crate::Quota), a [`Timestamp`] or a
-/// [`Limiter`](crate::Limiter).
+/// What went wrong when building a [`Quota`](crate::Quota), a
+/// [`Timestamp`](crate::Timestamp) or a [`Limiter`](crate::Limiter). A window quota
+/// ([`FixedWindowQuota`](crate::window::FixedWindowQuota),
+/// [`SlidingWindowQuota`](crate::window::SlidingWindowQuota)) reports a
+/// [`WindowError`](crate::window::WindowError) instead.
 ///
 /// Decisions themselves never fail: a cost that can never pass is an ordinary
 /// [`Decision`](crate::Decision) whose [`cost_exceeds_limit`](crate::Decision::cost_exceeds_limit)

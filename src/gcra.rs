@@ -5,7 +5,12 @@
 //! `new = max(TAT, now) + n * T` and is allowed iff `new - T * L <= now`; only then is
 //! `TAT = new` written. `TAT <= now` is a funnel that has fully drained ("recovered"): it is
 //! indistinguishable from a key never seen, which is what lets the keyed table evict lazily.
+//!
+//! [`Quota::decide_at`] is this step made public, for backends that keep arrival times
+//! elsewhere; it lives here, with the arithmetic, so that `quota` depends on neither this
+//! module nor [`Decision`].
 
+use crate::clock::Timestamp;
 use crate::decision::Decision;
 use crate::quota::Quota;
 
@@ -35,6 +40,49 @@ pub(crate) fn decide(tat: u64, now: u64, quota: &Quota, n: u64) -> (Decision, Op
         let retry = new.saturating_sub(tau).saturating_sub(now);
         let reset = tat.saturating_sub(now);
         (Decision::limited(quota, reset, retry), None)
+    }
+}
+
+/// The funnel arithmetic itself, for backends that keep a funnel's state elsewhere.
+impl Quota {
+    /// Decides a request of `n` units at `now` on a funnel whose stored theoretical arrival
+    /// time is `tat` ([`Timestamp::ZERO`], or anything not after `now`, is an empty funnel):
+    /// the same pure step every [`Limiter`](crate::Limiter) and [`Funnel`](crate::Funnel)
+    /// decision takes. Returns the decision and, when the request is charged, the arrival
+    /// time to store; `None` means store nothing (a denial or a peek).
+    ///
+    /// A backend that keeps arrival times elsewhere (a Redis script, a database) can store
+    /// them there and still answer with the very [`Decision`] the in-process limiter gives.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use funnel::{Quota, Timestamp};
+    ///
+    /// let quota = Quota::new(1, 1, Duration::from_secs(1))?; // limit 2, 1 per second
+    /// let now = Timestamp::from_nanos(10_000_000_000)?;
+    /// let (d, tat) = quota.decide_at(Timestamp::ZERO, now, 1);
+    /// assert!(d.is_allowed());
+    /// let (d, tat) = quota.decide_at(tat.unwrap(), now, 1);
+    /// assert!(d.is_allowed());
+    /// let (d, write) = quota.decide_at(tat.unwrap(), now, 1);
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(write, None);
+    /// assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn decide_at(
+        &self,
+        tat: Timestamp,
+        now: Timestamp,
+        n: u64,
+    ) -> (Decision, Option<Timestamp>) {
+        let (decision, write) = decide(tat.as_nanos(), now.as_nanos(), self, n);
+        // A written TAT is at most `now + tolerance`; beyond `Timestamp::MAX` it saturates
+        // (the arithmetic itself never overflows, see `decide` above).
+        let write = write.map(|t| Timestamp::from_nanos(t).unwrap_or(Timestamp::MAX));
+        (decision, write)
     }
 }
 

@@ -1,7 +1,7 @@
 //! # funnel
 //!
-//! A bounded-memory keyed rate limiter for the hot path of proxies and gateways: lock-free
-//! updates; new keys take a per-bucket creation lock.
+//! A bounded-memory keyed rate limiter for the hot path of proxies and gateways: updates of
+//! present keys are lock-free; creating a new key takes a per-stripe creation lock.
 //!
 //! Each key (a client IP, a token, a `user:action` string) gets a **funnel** (a leaky bucket used
 //! as a meter): a burst capacity, the *limit*, that leaks back at `count` actions per `period`;
@@ -11,10 +11,11 @@
 //!
 //! * **One word per funnel.** A funnel is one `AtomicU64` holding its theoretical arrival time
 //!   (GCRA); an allowed request is one compare-and-swap, a denied one is loads only.
-//! * **Bounded memory.** [`Limiter`] keeps funnels in a fixed table of 18-byte slots. A funnel
-//!   that has fully drained is the same as an absent one, so its slot is reused lazily; a flood
-//!   of new keys never grows memory, and the default eviction victim is the funnel whose loss
-//!   admits the fewest extra requests.
+//! * **Bounded memory.** [`Limiter`] keeps funnels in a table of 18-byte slots whose size (or,
+//!   with [`Builder::max_capacity`], largest size) is fixed at build time. A funnel that has
+//!   fully drained is the same as an absent one, so its slot is reused lazily; a flood of new
+//!   keys never grows memory past that size, and the default eviction victim is the funnel
+//!   whose loss admits the fewest extra requests.
 //! * **Exact.** Integer nanoseconds, no floats; CL.THROTTLE's five integers bit for bit on sane
 //!   input; a typed [`Error`] instead of a panic or a wrap everywhere else; never more than the
 //!   limit under contention.

@@ -1,8 +1,10 @@
 //! Several limits, all or nothing: one request decided against several `(limiter, key, quota,
 //! cost)` entries, admitted only if every one admits it, charged to none of them otherwise.
 //!
-//! Lock-free: the entries are charged one by one in the caller's order; when one denies, the
-//! earlier charges are rolled back with an exact refund. The argument (why a rollback restores
+//! No lock spans the entries: they are charged one by one in the caller's order, and when one
+//! denies, the earlier charges are rolled back with an exact refund. Each charge is a lock-free
+//! update when its key is present; charging a key not yet tracked creates it, under that key's
+//! per-stripe creation lock, as any new key is. The argument (why a rollback restores
 //! exactly what the charge took, and why the charge's brief presence only makes concurrent
 //! requests stricter) is in `docs/DESIGN.md`, "Several limits, all or nothing".
 

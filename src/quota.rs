@@ -221,50 +221,6 @@ impl Quota {
     }
 }
 
-/// The funnel arithmetic itself, for backends that keep a funnel's state elsewhere.
-impl Quota {
-    /// Decides a request of `n` units at `now` on a funnel whose stored theoretical arrival
-    /// time is `tat` ([`Timestamp::ZERO`], or anything not after `now`, is an empty funnel):
-    /// the same pure step every [`Limiter`](crate::Limiter) and [`Funnel`](crate::Funnel)
-    /// decision takes. Returns the decision and, when the request is charged, the arrival
-    /// time to store; `None` means store nothing (a denial or a peek).
-    ///
-    /// A backend that keeps arrival times elsewhere (a Redis script, a database) can store
-    /// them there and still answer with the very [`Decision`](crate::Decision) the in-process
-    /// limiter gives.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use funnel::{Quota, Timestamp};
-    ///
-    /// let quota = Quota::new(1, 1, Duration::from_secs(1))?; // limit 2, 1 per second
-    /// let now = Timestamp::from_nanos(10_000_000_000)?;
-    /// let (d, tat) = quota.decide_at(Timestamp::ZERO, now, 1);
-    /// assert!(d.is_allowed());
-    /// let (d, tat) = quota.decide_at(tat.unwrap(), now, 1);
-    /// assert!(d.is_allowed());
-    /// let (d, write) = quota.decide_at(tat.unwrap(), now, 1);
-    /// assert!(!d.is_allowed());
-    /// assert_eq!(write, None);
-    /// assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    pub fn decide_at(
-        &self,
-        tat: crate::Timestamp,
-        now: crate::Timestamp,
-        n: u64,
-    ) -> (crate::Decision, Option<crate::Timestamp>) {
-        let (decision, write) = crate::gcra::decide(tat.as_nanos(), now.as_nanos(), self, n);
-        // A written TAT is at most `now + tolerance`; beyond `Timestamp::MAX` it saturates
-        // (the arithmetic itself never overflows, see `gcra::decide`).
-        let write = write.map(|t| crate::Timestamp::from_nanos(t).unwrap_or(crate::Timestamp::MAX));
-        (decision, write)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,8 @@ use std::time::Duration;
 use funnel::clock::ManualClock;
 use funnel::replay::Replay;
 use funnel::{Error, Funnel, Limiter, Quota, Timestamp, MAX_CAPACITY};
+use funnel_testkit::fuzz::common::expect;
+use funnel_testkit::model::ModelQuota;
 use funnel_testkit::Rng;
 
 const MAX_TOLERANCE_NANOS: u64 = Quota::MAX_TOLERANCE_NANOS;
@@ -257,30 +259,11 @@ fn a_period_of_duration_max_is_an_error_unless_the_count_brings_it_back_in_range
     assert_eq!(q.emission_interval(), secs(1));
 }
 
-/// What `Quota::new(max_burst, count, period)` must give, computed in u128 from the documented
-/// rules: `(emission interval ns, limit)` or the error, checked in the documented order.
-fn expected_quota(max_burst: u64, count: u64, period: Duration) -> Result<(u64, u64), Error> {
-    let limit = max_burst
-        .checked_add(1)
-        .ok_or(Error::BurstTooLarge { max_burst })?;
-    if count == 0 {
-        return Err(Error::ZeroCount);
-    }
-    if period.is_zero() {
-        return Err(Error::ZeroPeriod);
-    }
-    let t = period.as_nanos() / u128::from(count);
-    if t == 0 {
-        return Err(Error::EmissionIntervalTooSmall { period, count });
-    }
-    let tolerance = t.saturating_mul(u128::from(limit));
-    if tolerance > u128::from(MAX_TOLERANCE_NANOS) {
-        return Err(Error::ToleranceTooLarge {
-            tolerance_nanos: tolerance,
-            max_nanos: MAX_TOLERANCE_NANOS,
-        });
-    }
-    Ok((t as u64, limit))
+/// What a quota constructor must give, from the test kit's statement of the documented rules
+/// (`funnel_testkit::fuzz::common::expect`, shared with the fuzz bodies): `(emission interval
+/// ns, limit)` or the error, checked in the documented order.
+fn interval_and_limit(model: Result<ModelQuota, Error>) -> Result<(u64, u64), Error> {
+    model.map(|m| (m.t as u64, m.limit as u64))
 }
 
 #[test]
@@ -321,7 +304,7 @@ fn random_quota_arguments_give_a_quota_or_the_right_typed_error_never_a_panic() 
             },
         );
         let got = Quota::new(b, c, period);
-        let expected = expected_quota(b, c, period);
+        let expected = interval_and_limit(expect::new(b, c, period));
         let ctx = format!("case {i}: Quota::new({b}, {c}, {period:?})");
         match (&got, &expected) {
             (Ok(q), Ok((t, limit))) => {
@@ -356,21 +339,7 @@ fn random_quota_arguments_give_a_quota_or_the_right_typed_error_never_a_panic() 
         );
         let (b, c, p) = (b >> rng.below(64), c >> rng.below(64), p >> rng.below(64));
         let got = Quota::from_cl_throttle(b, c, p);
-        let expected = match (u64::try_from(b), u64::try_from(c), u64::try_from(p)) {
-            (Err(_), _, _) => Err(Error::Negative {
-                argument: "max_burst",
-                value: b,
-            }),
-            (_, Err(_), _) => Err(Error::Negative {
-                argument: "count",
-                value: c,
-            }),
-            (_, _, Err(_)) => Err(Error::Negative {
-                argument: "period",
-                value: p,
-            }),
-            (Ok(b), Ok(c), Ok(p)) => expected_quota(b, c, secs(p)),
-        };
+        let expected = interval_and_limit(expect::from_cl_throttle(b, c, p));
         assert_eq!(
             got.map(|q| (q.emission_interval().as_nanos() as u64, q.limit())),
             expected,

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use funnel::clock::ManualClock;
 use funnel::{Clock, Limiter, Outcome, Quota, WhenFull};
+use funnel_testkit::memory::rss_bytes;
 
 const CAPACITY: usize = 65_536;
 const MILLION: u64 = 1_000_000;
@@ -32,20 +33,15 @@ const MILLION: u64 = 1_000_000;
 const WINDOW: u64 = 100_000;
 /// The limited key: a fingerprint no flood key (`0..keys`) has.
 const LIMITED: u64 = u64::MAX;
-/// Resident memory the flood may add once the table is built: the table itself is 1 MiB.
-const RSS_SLACK_KIB: u64 = 2 * 1024;
+/// Resident memory the flood may add once the table is built, bytes: the table itself is 1 MiB.
+const RSS_SLACK: u64 = 2 << 20;
 
 /// RSS readings must not see another test's allocations: the tests of this file run one by one.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Resident memory of this process, KiB (`VmRSS` in `/proc/self/status`).
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("a VmRSS line");
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+/// Resident memory of this process, bytes (the test kit's probe: `VmRSS`, Linux only).
+fn rss() -> u64 {
+    rss_bytes().expect("/proc/self/status with VmRSS (Linux)").0
 }
 
 /// 1,000 per second with bursts of 10,000: T = 1 ms, tolerance 10 s. A flood key owes 1 ms;
@@ -81,7 +77,7 @@ fn flood(when_full: WhenFull, keys: u64) {
     assert!((CAPACITY..CAPACITY + 7).contains(&capacity));
     assert!(limiter.check_n(&LIMITED, 10_000).is_allowed());
     assert_eq!(limiter.check(&LIMITED).outcome(), Outcome::Limited);
-    let rss_built = rss_kib();
+    let rss_built = rss();
 
     // Two threads split the keys by parity; the first also moves the clock and reads memory.
     let seen: Vec<Seen> = thread::scope(|s| {
@@ -107,7 +103,7 @@ fn flood(when_full: WhenFull, keys: u64) {
                         if key % 8_192 < 2 {
                             seen.len_max = seen.len_max.max(limiter.len());
                             if parity == 0 && key % 262_144 == 0 {
-                                seen.rss_max = seen.rss_max.max(rss_kib());
+                                seen.rss_max = seen.rss_max.max(rss());
                             }
                         }
                     }
@@ -124,22 +120,26 @@ fn flood(when_full: WhenFull, keys: u64) {
         total(|s| s.untracked),
     );
     let len_max = seen.iter().map(|s| s.len_max).max().unwrap();
-    let rss_max = seen.iter().map(|s| s.rss_max).max().unwrap().max(rss_kib());
+    let rss_max = seen.iter().map(|s| s.rss_max).max().unwrap().max(rss());
     let stats = limiter.stats();
     let elapsed = clock.now().as_nanos();
     eprintln!(
         "{when_full:?}, {keys} keys in {:.2?}: {allowed} allowed, {turned_away} turned away, \
-         {untracked} untracked; {stats:?}; RSS {rss_built} KiB after build, at most {rss_max} KiB \
-         during the flood",
-        started.elapsed()
+         {untracked} untracked; {stats:?}; RSS {} KiB after build, at most {} KiB during the \
+         flood",
+        started.elapsed(),
+        rss_built >> 10,
+        rss_max >> 10
     );
 
     // Bounded: never more keys than slots, and no memory beyond the table.
     assert!(len_max <= capacity, "len() reached {len_max}");
     assert_eq!(limiter.len(), capacity, "the flood filled every slot");
     assert!(
-        rss_max <= rss_built + RSS_SLACK_KIB,
-        "RSS grew from {rss_built} KiB to {rss_max} KiB during the flood"
+        rss_max <= rss_built + RSS_SLACK,
+        "RSS grew from {} KiB to {} KiB during the flood",
+        rss_built >> 10,
+        rss_max >> 10
     );
 
     // The limited key kept its place and its debt, to the nanosecond: it has back only what
@@ -212,12 +212,12 @@ fn a_million_keys_cost_about_eighteen_bytes_each() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let before = rss_kib();
+    let before = rss();
     let limiter = Limiter::<u64>::builder(quota())
         .capacity(1_000_000)
         .build()
         .unwrap();
-    let added = (rss_kib() - before) * 1024;
+    let added = rss().saturating_sub(before);
     let (bytes, capacity) = (limiter.memory_bytes(), limiter.capacity());
     assert_eq!(capacity, 1_000_006);
     let per_key = bytes as f64 / capacity as f64;

@@ -100,9 +100,7 @@ fn no_key_loses_or_doubles_its_debt_while_threads_race_the_growths() {
                         let mut order: Vec<u64> = (0..KEYS)
                             .flat_map(|k| std::iter::repeat_n(k, ASKS))
                             .collect();
-                        for i in (1..order.len()).rev() {
-                            order.swap(i, rng.below(i as u64 + 1) as usize);
-                        }
+                        rng.shuffle(&mut order);
                         let mut mine = HashMap::new();
                         barrier.wait();
                         for key in order {

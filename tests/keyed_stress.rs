@@ -62,12 +62,8 @@ fn limiter<K: Hash + ?Sized>(capacity: usize, seed: u64) -> (Limiter<K, ManualCl
 
 /// `0..n` in an order of its own for every seed (Fisher–Yates).
 fn shuffled(n: usize, seed: u64) -> Vec<usize> {
-    let mut rng = Rng::new(seed);
     let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        order.swap(i, j);
-    }
+    Rng::new(seed).shuffle(&mut order);
     order
 }
 

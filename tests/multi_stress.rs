@@ -46,12 +46,8 @@ fn limits(per_user: u64, per_route: u64, seed: u64) -> Limits {
 
 /// `0..n` in an order of its own for every seed (Fisher–Yates).
 fn shuffled(n: u64, seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
     let mut order: Vec<u64> = (0..n).collect();
-    for i in (1..order.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        order.swap(i, j);
-    }
+    Rng::new(seed).shuffle(&mut order);
     order
 }
 

@@ -21,7 +21,8 @@ pub(crate) mod sliding;
 pub use fixed::{FixedWindow, FixedWindowQuota};
 pub use sliding::{SlidingWindow, SlidingWindowQuota};
 
-/// A window quota outside what its packed word can hold.
+/// A window quota outside what its packed word can hold: the window counters' error type, as
+/// [`Error`](crate::Error) is the funnel's (quotas, times, limiters).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WindowError {

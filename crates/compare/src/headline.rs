@@ -8,26 +8,27 @@ use crate::report::{fmt_rate, fmt_ratio, Row, Section};
 use crate::tables::{find, main_workloads, ratio, Table, KEY_TYPES, QUOTAS};
 use crate::Ctx;
 
-/// The in-process competitors of the short table, and their column names.
-const COMPETITORS: [(&str, &str); 3] = [
-    ("governor-keyed", "governor"),
-    ("governor-keyed-ahash", "gov-ahash"),
-    ("mutex-map", "mutex-map"),
+/// The in-process competitors of the short table: the row's competitor, its column and the
+/// column of funnel's ratio to it (short, so that the table fits in 100 columns).
+const COMPETITORS: [(&str, &str, &str); 3] = [
+    ("governor-keyed", "governor", "÷gov"),
+    ("governor-keyed-ahash", "gov-ahash", "÷ahash"),
+    ("mutex-map", "mutex-map", "÷mutex"),
 ];
 
-/// Decisions/s on one thread per workload, key type and quota, with funnel's ratio to each.
-fn in_process(ctx: &Ctx, threads: usize) -> Table {
+/// Decisions/s on `threads` threads per workload, key type and quota, with funnel's ratio to
+/// each competitor.
+fn in_process(rows: &[Row], workloads: &[String], threads: usize) -> Table {
     let mut headers = vec!["workload", "keys", "quota", "funnel"];
     headers.extend(COMPETITORS.iter().map(|c| c.1));
-    let ratios: Vec<String> = COMPETITORS.iter().map(|c| format!("÷{}", c.1)).collect();
-    headers.extend(ratios.iter().map(String::as_str));
+    headers.extend(COMPETITORS.iter().map(|c| c.2));
     let mut right = vec![false, false, false];
     right.extend(std::iter::repeat_n(true, 1 + 2 * COMPETITORS.len()));
     let mut t = Table::new(&headers, &right);
-    for (wl, _) in main_workloads(ctx) {
+    for wl in workloads {
         for kt in KEY_TYPES {
             for q in QUOTAS {
-                let get = |c: &str| find(&ctx.rows, Section::InProc, &wl, kt, q, threads, 1, c);
+                let get = |c: &str| find(rows, Section::InProc, wl, kt, q, threads, 1, c);
                 let Some(funnel) = get("funnel") else {
                     continue;
                 };
@@ -52,7 +53,7 @@ fn in_process(ctx: &Ctx, threads: usize) -> Table {
 }
 
 /// funnel on one thread against the GCRA script over one connection and pipelined.
-fn redis(ctx: &Ctx) -> Table {
+fn redis(rows: &[Row]) -> Table {
     let mut t = Table::new(
         &[
             "quota",
@@ -64,18 +65,8 @@ fn redis(ctx: &Ctx) -> Table {
         &[false, true, true, true, true],
     );
     for q in QUOTAS {
-        let funnel = find(
-            &ctx.rows,
-            Section::InProc,
-            "hot-1k",
-            "String",
-            q,
-            1,
-            1,
-            "funnel",
-        );
-        for r in ctx
-            .rows
+        let funnel = find(rows, Section::InProc, "hot-1k", "String", q, 1, 1, "funnel");
+        for r in rows
             .iter()
             .filter(|r| r.section == Section::Redis && r.competitor == "redis-gcra" && r.quota == q)
             .filter(|r| r.threads == 1 || r.pipeline > 1)
@@ -95,17 +86,19 @@ fn redis(ctx: &Ctx) -> Table {
 /// The short report printed at the end of a run.
 pub fn text(ctx: &Ctx) -> String {
     let mut s = String::new();
-    let t = in_process(ctx, 1);
+    let workloads: Vec<String> = main_workloads(ctx).into_iter().map(|w| w.0).collect();
+    let t = in_process(&ctx.rows, &workloads, 1);
     if !t.rows.is_empty() {
         let _ = writeln!(
             s,
-            "\nIn process, 1 thread, decisions/s (median of {} runs, {} clock); ÷X = funnel ÷ X\n",
+            "\nIn process, 1 thread, decisions/s (median of {} runs, {} clock)\n\
+             ÷gov, ÷ahash, ÷mutex: funnel ÷ governor, gov-ahash, mutex-map\n",
             ctx.opts.runs,
             ctx.opts.clock.label()
         );
         s.push_str(&t.text());
     }
-    let r = redis(ctx);
+    let r = redis(&ctx.rows);
     if r.rows.is_empty() {
         let _ = writeln!(s, "\nRedis: {}", ctx.redis_status);
     } else {
@@ -128,4 +121,101 @@ pub fn text(ctx: &Ctx) -> String {
         "\nTargets: {met} met, {missed} missed (each with its figures in summary.md)."
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::inproc::workloads;
+    use crate::runner::Run;
+
+    /// The short table's width limit, separator line included.
+    const COLUMNS: usize = 100;
+
+    /// A row of `rate` decisions/s (one run of one second).
+    fn row(section: Section, workload: &str, kt: &'static str, q: &str, c: &str, rate: u64) -> Row {
+        Row {
+            section,
+            workload: workload.into(),
+            key_space: 0,
+            key_type: kt,
+            quota: q.into(),
+            threads: 1,
+            pipeline: if section == Section::Redis { 64 } else { 1 },
+            competitor: c.into(),
+            clock: String::new(),
+            capacity: String::new(),
+            runs: vec![Run {
+                decisions: rate,
+                allowed: rate,
+                elapsed: Duration::from_secs(1),
+                legit: 0,
+                wrongly_admitted: 0,
+                wrongly_denied: 0,
+                round_trips: 0,
+                cpu_share: 1.0,
+            }],
+            note: String::new(),
+            prefill: None,
+            table_prefill: None,
+            table_end: None,
+            held_end: None,
+        }
+    }
+
+    /// Every line of `text`, the separator included, fits in [`COLUMNS`].
+    fn fits(text: &str) {
+        for line in text.lines() {
+            let width = line.chars().count();
+            assert!(width <= COLUMNS, "{width} columns: {line:?}\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_short_tables_fit_in_100_columns_with_the_widest_figures() {
+        // The longest workload names of a full and a quick run; the widest rates (`123 M`)
+        // and ratios (`1,234×` for funnel, `12.3×` against it).
+        let mut names: Vec<String> = workloads(false)
+            .into_iter()
+            .chain(workloads(true))
+            .filter(|w| w.section == Section::InProc)
+            .map(|w| w.name)
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut rows = Vec::new();
+        for wl in &names {
+            for kt in KEY_TYPES {
+                for q in QUOTAS {
+                    rows.push(row(Section::InProc, wl, kt, q, "funnel", 123_456_789));
+                    for (i, c) in COMPETITORS.iter().enumerate() {
+                        let rate = [99_999, 12_345_678, 123_456_789][i];
+                        rows.push(row(Section::InProc, wl, kt, q, c.0, rate));
+                    }
+                }
+            }
+        }
+        for q in QUOTAS {
+            rows.push(row(
+                Section::Redis,
+                "hot-1k",
+                "String",
+                q,
+                "redis-gcra",
+                9_999,
+            ));
+        }
+        let t = in_process(&rows, &names, 1);
+        assert_eq!(t.rows.len(), names.len() * 4);
+        let text = t.text();
+        fits(&text);
+        // The separator is as wide as the widest line, no wider.
+        let widest = text.lines().map(|l| l.chars().count()).max().unwrap();
+        assert_eq!(text.lines().nth(1).unwrap().chars().count(), widest);
+        let r = redis(&rows);
+        assert_eq!(r.rows.len(), QUOTAS.len());
+        fits(&r.text());
+    }
 }

@@ -17,9 +17,6 @@
 //! script: it computes in the client, with the client's wall clock in ms (as the usual Java funnel does).
 //! Written for the `redis` crate 0.27 (sync `Connection`, `default-features = false, features = ["script"]`).
 
-// The harness may use only part of this module; unused items are not a bug here.
-#![allow(dead_code)]
-
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 use std::thread;
@@ -433,41 +430,6 @@ fn naive_funnel(
     } else {
         (false, left, ts)
     }
-}
-
-/// Calls the GCRA script like `CL.THROTTLE key max_burst count period_s quantity` (key used as
-/// given, no prefix) and returns its five integers. For checking the script against the spec.
-pub(crate) fn gcra_throttle(
-    server: &RedisServer,
-    key: &str,
-    max_burst: u64,
-    count: u64,
-    period_s: u64,
-    quantity: u64,
-) -> Result<[i64; 5], String> {
-    let (limit, period_ms) = (max_burst.checked_add(1), period_s.checked_mul(1000));
-    let (Some(limit), Some(period_ms)) = (limit, period_ms) else {
-        return Err("max_burst or period too large".into());
-    };
-    let quota = RedisQuota {
-        limit,
-        count,
-        period_ms,
-    };
-    let p = Params::new(RedisAlgo::Gcra, quota)?;
-    let sha = load_script(server, RedisAlgo::Gcra)?;
-    let mut con = server.connection()?;
-    let reply: Vec<i64> = redis::cmd("EVALSHA")
-        .arg(&sha)
-        .arg(1)
-        .arg(key)
-        .arg(&p.argv[..2])
-        .arg(quantity)
-        .query(&mut con)
-        .map_err(|e| format!("redis-gcra EVALSHA: {e}"))?;
-    reply
-        .try_into()
-        .map_err(|r: Vec<i64>| format!("redis-gcra: expected 5 integers, got {r:?}"))
 }
 
 // ---- Driving load ----

@@ -68,7 +68,8 @@ impl Table {
         };
         let mut out = line(&self.headers);
         out.push('\n');
-        out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * n));
+        // As wide as the widest line: the columns and the two spaces between each pair.
+        out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * n.saturating_sub(1)));
         out.push('\n');
         for r in &self.rows {
             out.push_str(&line(r));

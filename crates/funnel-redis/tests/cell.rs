@@ -7,13 +7,11 @@
 //!     cargo test --release -p funnel-redis --test cell -- --ignored
 //! ```
 
-mod support;
-
 use std::time::Duration;
 
 use funnel::{Limiter, Quota, Timestamp};
 use funnel_redis::{Backend, RedisLimiter, Source};
-use support::RedisServer;
+use funnel_testkit::redis_server::RedisServer;
 
 fn module() -> String {
     std::env::var("REDIS_CELL_MODULE")

@@ -3,15 +3,13 @@
 //! keys on every node exactly, `check_many` sends one pipeline per hash slot, and a
 //! single-server limiter pointed at one node gets `MOVED` as a typed error.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use funnel::{Limiter, Quota};
 use funnel_redis::{Error, RedisLimiter, Source};
-use support::RedisCluster;
+use funnel_testkit::redis_server::RedisCluster;
 
 async fn on_cluster(cluster: &RedisCluster, quota: Quota) -> RedisLimiter {
     RedisLimiter::builder("unused", quota)

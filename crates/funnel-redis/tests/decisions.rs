@@ -2,8 +2,6 @@
 //! server's own times) and against the reference model (at injected times, with the stored
 //! arrival time compared too), exactness across a fleet, and `check_many`.
 
-mod support;
-
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,8 +10,9 @@ use std::time::Duration;
 use funnel::{Limiter, Quota, Timestamp};
 use funnel_redis::{RedisLimiter, Source};
 use funnel_testkit::model::{Model, ModelQuota};
+use funnel_testkit::redis_limiter::{limiter, GENEROUS};
+use funnel_testkit::redis_server::{inspect, server};
 use funnel_testkit::Rng;
-use support::{inspect, limiter, server, GENEROUS};
 
 /// The five integers of every answer equal the in-process limiter's fed the same times (the
 /// server's, which each answer carries), for several quotas and costs.

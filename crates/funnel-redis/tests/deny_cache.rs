@@ -2,15 +2,14 @@
 //! would allow, differs from Redis after a reset elsewhere until invalidated, and the round
 //! trips it saves are counted exactly.
 
-mod support;
-
 use std::time::Duration;
 
 use funnel::{Quota, Timestamp};
 use funnel_redis::{RedisLimiter, Source};
-use support::{inspect, server, GENEROUS};
+use funnel_testkit::redis_limiter::GENEROUS;
+use funnel_testkit::redis_server::{inspect, server, RedisServer};
 
-async fn cached(server: &support::RedisServer, quota: Quota) -> RedisLimiter {
+async fn cached(server: &RedisServer, quota: Quota) -> RedisLimiter {
     RedisLimiter::builder(server.url(), quota)
         .timeout(GENEROUS)
         .deny_cache(1_000)

@@ -1,12 +1,11 @@
 //! Replies and settings that are errors of their own type, never a policy's guess.
 
-mod support;
-
 use std::time::Duration;
 
 use funnel::Quota;
 use funnel_redis::{Backend, Error, OnFailure, RedisLimiter, Source};
-use support::{inspect, limiter, server};
+use funnel_testkit::redis_limiter::limiter;
+use funnel_testkit::redis_server::{inspect, server};
 
 /// A key holding another type is `Error::WrongType`, for `check` and for that key alone in a
 /// `check_many`; the key is left alone, and the other keys of the batch are decided.

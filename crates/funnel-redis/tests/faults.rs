@@ -7,14 +7,14 @@
 //! The tests of this file run one at a time (`SERIAL`), so that the timing bound measures the
 //! limiter rather than the other tests.
 
-mod support;
-
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use funnel::Quota;
 use funnel_redis::{Checked, Error, Failure, OnFailure, RedisLimiter, Source};
-use support::{fake_server, inspect, server};
+use funnel_testkit::redis_server::{inspect, server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 /// The limiters' timeout in this file.
@@ -331,4 +331,73 @@ async fn loading_busy_and_masterdown_replies_go_to_the_policy_and_moved_is_an_er
     let l = limiter(url, OnFailure::Open).await;
     assert!(matches!(l.check("k").await, Err(Error::WrongNode { .. })));
     assert_eq!(l.stats().typed_errors, 1);
+}
+
+/// A fake Redis on a loopback port: `CLIENT ...` (the client's handshake) gets `+OK`, `PING`
+/// `+PONG`, every other command the error line `reply` (say `LOADING Redis is loading`).
+/// Returns its URL; it lives as long as the runtime.
+pub async fn fake_server(reply: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let url = format!("redis://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(read) = socket.read(&mut chunk).await else {
+                        return;
+                    };
+                    if read == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..read]);
+                    let mut out = Vec::new();
+                    while let Some((name, used)) = parse_command(&buf) {
+                        buf.drain(..used);
+                        let line = match name.to_ascii_uppercase().as_str() {
+                            "CLIENT" => "+OK".to_string(),
+                            "PING" => "+PONG".to_string(),
+                            _ => format!("-{reply}"),
+                        };
+                        out.extend_from_slice(line.as_bytes());
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    if socket.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// One RESP command (an array of bulk strings) at the start of `buf`: its name and length.
+fn parse_command(buf: &[u8]) -> Option<(String, usize)> {
+    let line = |at: usize| -> Option<(&[u8], usize)> {
+        let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
+        Some((&buf[at..end], end + 2))
+    };
+    let (head, mut at) = line(0)?;
+    let count: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let mut name = String::new();
+    for i in 0..count {
+        let (len, next) = line(at)?;
+        let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?)
+            .ok()?
+            .parse()
+            .ok()?;
+        if buf.len() < next + len + 2 {
+            return None;
+        }
+        if i == 0 {
+            name = String::from_utf8_lossy(&buf[next..next + len]).into_owned();
+        }
+        at = next + len + 2;
+    }
+    Some((name, at))
 }

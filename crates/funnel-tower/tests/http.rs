@@ -1,14 +1,14 @@
 //! The layer in a real hyper server on loopback, driven by a real HTTP client; the draft's
-//! fields read by a structured-field parser (`common::sf_list`).
-
-mod common;
+//! fields read by a structured-field parser (`funnel_testkit::tower::sf_list`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{draft_fields, get, get_from, member, serve, serve_with, Reply};
 use funnel::clock::ManualClock;
 use funnel::Quota;
+use funnel_testkit::tower::{
+    client_from, draft_fields, get, get_from, member, request, send, serve, serve_with, Reply,
+};
 use funnel_tower::{KeyBy, Net, RateLimitLayer, Report};
 use http::{Method, StatusCode};
 
@@ -385,11 +385,11 @@ async fn an_exempt_method_passes_uncounted_and_without_headers() {
         .build()
         .unwrap();
     let addr = serve(layer.clone()).await;
-    let client = common::client_from(None);
+    let client = client_from(None);
     for _ in 0..5 {
-        let mut req = common::request(addr, "/", &[]);
+        let mut req = request(addr, "/", &[]);
         *req.method_mut() = Method::OPTIONS;
-        let r = common::send(&client, req).await;
+        let r = send(&client, req).await;
         assert_eq!(r.status, StatusCode::OK);
         assert!(r.header("ratelimit").is_none());
     }

@@ -9,6 +9,10 @@
 //!   replay test;
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
 //!   them) for funnel-redis's tests and example and the harness's Redis rows;
+//! * [`redis_limiter`] (feature `redis`): a funnel-redis limiter with a generous timeout, for
+//!   funnel-redis's tests;
+//! * [`tower`] (feature `tower`): funnel-tower's HTTP test support: a loopback server around a
+//!   layer, a client, and the RateLimit header fields parsed;
 //! * [`workload`] (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
 //! Not published; not part of the library.
@@ -19,8 +23,12 @@ pub mod memory;
 pub mod model;
 pub mod mutex_map;
 #[cfg(feature = "redis")]
+pub mod redis_limiter;
+#[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod rng;
+#[cfg(feature = "tower")]
+pub mod tower;
 #[cfg(feature = "bench")]
 pub mod workload;
 

@@ -362,6 +362,20 @@ fn is_executable(p: &Path) -> bool {
     }
 }
 
+/// A private server for a test: the tests that need Redis fail (never skip) without
+/// `redis-server`, with the reason and how to install it.
+pub fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A blocking connection for a test's own inspection of `server`; panics when it cannot
+/// connect.
+pub fn inspect(server: &RedisServer) -> redis::Connection {
+    server
+        .connection()
+        .unwrap_or_else(|e| panic!("a connection: {e}"))
+}
+
 /// One field of `INFO <section>` on a connection.
 ///
 /// # Errors

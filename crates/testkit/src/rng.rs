@@ -3,11 +3,14 @@
 //! xoshiro's seeding use. Deterministic per seed, so a failing seed printed in an assertion
 //! message replays exactly; no dependency.
 
-/// SplitMix64's output function: a bijection on `u64`, so `mix(i)` for distinct `i` gives
-/// distinct, well-spread values.
+/// SplitMix64's increment: the odd integer nearest `2^64 / φ`.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output for a generator whose state is `x`: the state advanced by one step and
+/// mixed. A bijection on `u64`, so `mix(i)` for distinct `i` gives distinct, well-spread values.
 #[inline]
 pub fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = x.wrapping_add(GAMMA);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -27,11 +30,9 @@ impl Rng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let out = mix(self.state);
+        self.state = self.state.wrapping_add(GAMMA);
+        out
     }
 
     /// Uniform in `0..n` (`n > 0`), by Lemire's multiply-shift; the bias is below 2^-64 * n.
@@ -64,6 +65,14 @@ impl Rng {
         &items[self.below(items.len() as u64) as usize]
     }
 
+    /// Shuffles `items` in place, every order equally likely (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+
     /// Random bytes.
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next_u64() as u8).collect()
@@ -80,5 +89,27 @@ mod tests {
         let mut r = Rng::new(0);
         assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
         assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+    }
+
+    #[test]
+    fn a_shuffle_is_a_permutation_that_depends_on_the_seed() {
+        let shuffled = |seed| {
+            let mut v: Vec<u32> = (0..100).collect();
+            Rng::new(seed).shuffle(&mut v);
+            v
+        };
+        let (a, b) = (shuffled(1), shuffled(2));
+        assert_ne!(a, b);
+        assert_eq!(a, shuffled(1));
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn mix_is_the_stream_of_a_generator_seeded_with_its_argument() {
+        for seed in [0, 1, 0x5eed, u64::MAX] {
+            assert_eq!(mix(seed), Rng::new(seed).next_u64());
+        }
     }
 }

@@ -1,7 +1,6 @@
-//! What the HTTP tests share: a loopback server around a layer, a real HTTP client that can
-//! send from any 127.0.0.0/8 address, and the draft's header fields read with an RFC 8941 /
+//! What funnel-tower's tests share: a loopback server around a layer, a real HTTP client that
+//! can send from any 127.0.0.0/8 address, and the draft's header fields read with an RFC 8941 /
 //! RFC 9651 structured-field parser (`sfv`), not by hand.
-#![allow(dead_code)] // each test file uses its own part
 
 use std::convert::Infallible;
 use std::future::Ready;

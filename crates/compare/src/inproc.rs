@@ -5,8 +5,7 @@ use governor::RateLimiter;
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
     fake_clock, funnel_grown_manual, funnel_grown_real, funnel_manual, funnel_real, mutex_manual,
-    mutex_real, Batched, ClockPolicy,
-    GovKeyed, Limit, QuotaKind,
+    mutex_real, Batched, ClockPolicy, GovKeyed, Limit, QuotaKind,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed};

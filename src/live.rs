@@ -20,6 +20,7 @@ use crate::decision::Decision;
 use crate::limiter::Limiter;
 use crate::multi::Cost;
 use crate::quota::Quota;
+use crate::settle::{Reservation, Settled};
 use crate::sync::{AtomicU64, Ordering};
 
 /// A [`Quota`] that can be replaced at any time while other threads read it.
@@ -174,6 +175,145 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
         self.limiter.throttle_at(key, &quota, n, self.limiter.now())
     }
 
+    /// `key`'s state now under the current quota, charging nothing and creating nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{clock::ManualClock, LiveLimiter, Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::builder(Quota::per_second(2)?).clock(ManualClock::new()).build()?;
+    /// let live = LiveLimiter::new(limiter);
+    /// assert!(live.check("k").is_allowed()); // 500 ms of debt
+    /// live.set_quota(Quota::per_second(4)?.with_limit(8)?);
+    /// // The same 500 ms read under the new quota: 2 of its 8 units.
+    /// assert_eq!(live.peek("k").limit(), 8);
+    /// assert_eq!(live.peek("k").remaining(), 6);
+    /// // The limiter's own peek still reads it under the quota it was built with.
+    /// assert_eq!(live.limiter().peek("k").remaining(), 1);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    #[inline]
+    pub fn peek(&self, key: &K) -> Decision {
+        self.check_n_at(key, 0, self.limiter.now())
+    }
+
+    /// [`peek`](Self::peek) at the caller's `now`.
+    #[inline]
+    pub fn peek_at(&self, key: &K, now: Timestamp) -> Decision {
+        self.check_n_at(key, 0, now)
+    }
+
+    /// [`peek`](Self::peek) under the quota `quota_for(key, current)` returns, as
+    /// [`check_with`](Self::check_with).
+    #[inline]
+    pub fn peek_with(&self, key: &K, quota_for: impl FnOnce(&K, Quota) -> Quota) -> Decision {
+        self.check_with(key, 0, quota_for)
+    }
+
+    /// Gives back `n` units of the **current** quota to `key`, now: its arrival time moves
+    /// back by `n` of the current emission intervals, never below now (never emptier than a
+    /// fresh funnel). False when there was nothing to give back. As
+    /// [`Limiter::refund`], meant for a charge just made; see [`refund_at`](Self::refund_at)
+    /// for a charge made before a quota change.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{clock::ManualClock, LiveLimiter, Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::builder(Quota::per_second(1)?).clock(ManualClock::new()).build()?;
+    /// let live = LiveLimiter::new(limiter);
+    /// live.set_quota(Quota::per_second(4)?.with_limit(2)?); // T = 250 ms, 2 at once
+    /// assert!(live.check("k").is_allowed());
+    /// assert!(live.check("k").is_allowed());
+    /// assert!(!live.check("k").is_allowed());
+    /// assert!(live.refund("k", 1)); // 250 ms back: one unit of the live quota
+    /// assert_eq!(live.peek("k").remaining(), 1);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn refund(&self, key: &K, n: u64) -> bool {
+        self.refund_at(key, &self.quota.load(), n, self.limiter.now())
+    }
+
+    /// Gives back `n` units of `quota` to `key` at the caller's `now`. Pass the quota a charge
+    /// was made under (read with [`quota`](Self::quota) when charging, and charged with
+    /// [`Limiter::throttle_at`] under it) to give back exactly the time the charge took even if
+    /// the live quota has changed since: debt is kept as time, so a refund in units of another
+    /// quota gives back another amount of time.
+    pub fn refund_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> bool {
+        self.limiter.refund_at(key, quota, n, now)
+    }
+
+    /// [`refund`](Self::refund) of `n` units of the quota `quota_for(key, current)` returns:
+    /// for a key with its own quota (as charged by [`check_with`](Self::check_with)).
+    pub fn refund_with(&self, key: &K, n: u64, quota_for: impl FnOnce(&K, Quota) -> Quota) -> bool {
+        let quota = quota_for(key, self.quota.load());
+        self.limiter.refund_at(key, &quota, n, self.limiter.now())
+    }
+
+    /// Charges an estimate of `estimate` units to `key` now under the current quota, as
+    /// [`Limiter::reserve`]; settle it with [`settle`](Self::settle).
+    ///
+    /// A reservation remembers the quota it was charged under and is settled under that same
+    /// quota even if the live quota changes in between: the unused part goes back as exactly
+    /// the time it took, and the extra is charged at the rate of the estimate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{clock::ManualClock, LiveLimiter, Limiter, Quota, Settled};
+    ///
+    /// let limiter = Limiter::<str>::builder(Quota::per_minute(100)?).clock(ManualClock::new()).build()?;
+    /// let live = LiveLimiter::new(limiter);
+    /// live.set_quota(Quota::per_minute(1_000)?); // 1,000 tokens a minute now
+    /// let r = live.reserve("user:7", 300);
+    /// assert_eq!(r.decision().remaining(), 700);
+    /// assert_eq!(r.quota().limit(), 1_000);
+    /// assert_eq!(live.settle("user:7", &r, 120), Settled::Refunded);
+    /// assert_eq!(live.peek("user:7").remaining(), 880);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn reserve(&self, key: &K, estimate: u64) -> Reservation {
+        self.reserve_at(key, estimate, self.limiter.now())
+    }
+
+    /// [`reserve`](Self::reserve) at the caller's `now`.
+    pub fn reserve_at(&self, key: &K, estimate: u64, now: Timestamp) -> Reservation {
+        self.limiter
+            .reserve_at(key, &self.quota.load(), estimate, now)
+    }
+
+    /// [`reserve`](Self::reserve) under the quota `quota_for(key, current)` returns, as
+    /// [`check_with`](Self::check_with).
+    pub fn reserve_with(
+        &self,
+        key: &K,
+        estimate: u64,
+        quota_for: impl FnOnce(&K, Quota) -> Quota,
+    ) -> Reservation {
+        let quota = quota_for(key, self.quota.load());
+        self.limiter
+            .reserve_at(key, &quota, estimate, self.limiter.now())
+    }
+
+    /// Settles `reservation` with the `actual` cost, now, under the quota it was reserved
+    /// under (see [`reserve`](Self::reserve)): [`Limiter::settle`].
+    pub fn settle(&self, key: &K, reservation: &Reservation, actual: u64) -> Settled {
+        self.limiter.settle(key, reservation, actual)
+    }
+
+    /// [`settle`](Self::settle) at the caller's `now`.
+    pub fn settle_at(
+        &self,
+        key: &K,
+        reservation: &Reservation,
+        actual: u64,
+        now: Timestamp,
+    ) -> Settled {
+        self.limiter.settle_at(key, reservation, actual, now)
+    }
+
     /// An entry charging `n` units to `key` under the current quota, for
     /// [`check_all`](crate::check_all).
     pub fn cost<'a>(&'a self, key: &'a K, n: u64) -> Cost<'a, K, C> {
@@ -190,7 +330,12 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
         self.quota.load()
     }
 
-    /// The wrapped limiter (its own [`Limiter::quota`] is the one it was built with).
+    /// The wrapped limiter, for what does not depend on the quota (statistics, capacity,
+    /// [`reset`](Limiter::reset)).
+    ///
+    /// Its own quota-taking shortcuts ([`Limiter::check`], [`Limiter::peek`],
+    /// [`Limiter::refund`], [`Limiter::reserve`], [`Limiter::cost`]) use the quota it was
+    /// **built** with, not the live one: call this type's methods of the same names instead.
     pub fn limiter(&self) -> &Limiter<K, C> {
         &self.limiter
     }

@@ -3,11 +3,11 @@
 //! while `count + n <= limit`). Both see the same requests, each with its own history; the test
 //! counts the requests they decide differently and the most units the counter admits in any
 //! window of length `W`, prints the table (`--nocapture`) and asserts the bounds that
-//! `docs/DESIGN.md`, "Window algorithms", reports.
+//! `docs/DESIGN.md`, "Window algorithms", reports; on the replay file it pins every decision.
 
 use funnel_testkit::rng;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use funnel::clock::ManualClock;
@@ -49,7 +49,7 @@ impl Log {
     }
 }
 
-#[derive(Default, Debug, Clone, Copy)]
+#[derive(Default, Debug, Clone)]
 struct Tally {
     requests: u64,
     /// The counter admitted, the log denied.
@@ -63,6 +63,8 @@ struct Tally {
     /// On the log's own history (the counter's estimate computed from the units the log
     /// admitted), requests the estimate decides differently from the exact count.
     same_history: u64,
+    /// Every request's decisions, in order: (counter, log).
+    decisions: Vec<(bool, bool)>,
 }
 
 impl Tally {
@@ -95,6 +97,7 @@ fn compare(limit: u64, window: u64, requests: &[(u64, u64)]) -> Tally {
             + (in_window(k) + u128::from(n)) * u128::from(window);
         let would = estimate <= u128::from(limit) * u128::from(window);
         let l = log.decide(now, n);
+        tally.decisions.push((c, l));
         tally.same_history += u64::from(would != l);
         if l {
             *per_window.entry(k).or_default() += n;
@@ -152,10 +155,11 @@ fn bursty(limit: u64, window: u64, seed: u64) -> Vec<(u64, u64)> {
 /// One key's limit, window (ns) and requests `(time, units)`.
 type KeyTrace = (u64, u64, Vec<(u64, u64)>);
 
-/// The replay file's CL.THROTTLE lines read as `count` units per `period` seconds, per key.
-fn replay_trace() -> HashMap<String, KeyTrace> {
+/// The replay file's CL.THROTTLE lines read as `count` units per `period` seconds, per key (a
+/// window limiter's reading of the line; the funnel's burst is not used).
+fn replay_trace() -> BTreeMap<String, KeyTrace> {
     let text = include_str!("../examples/data/replay.txt");
-    let mut keys: HashMap<String, KeyTrace> = HashMap::new();
+    let mut keys: BTreeMap<String, KeyTrace> = BTreeMap::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let parse = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
@@ -228,21 +232,70 @@ fn the_sliding_counter_stays_close_to_the_exact_sliding_log() {
         worst_same < 0.65,
         "worst same-history disagreement {worst_same}"
     );
+}
+
+/// One key of the replay: its name, limit, window in seconds, and the decisions (counter, log)
+/// of its requests in order.
+type Expected = (&'static str, u64, u64, &'static [(bool, bool)]);
+
+/// The repository's only replay trace, `examples/data/replay.txt` (17 lines, 12 valid
+/// requests on three keys; no larger trace exists in `examples/data/` or `crates/`), through
+/// both, with every decision pinned. They agree everywhere but one request: `k` (1 per 2 s)
+/// was admitted at 2 s and asks again at 4 s, when the log has forgotten the first request (its
+/// window `(2 s, 4 s]` is empty) but the counter, at the very start of a new window, still
+/// weighs the previous window's count in full: the counter is stricter there.
+#[test]
+fn on_the_replay_file_they_disagree_only_where_the_counter_still_weighs_a_forgotten_window() {
+    const T: bool = true;
+    const F: bool = false;
+    let keys = replay_trace();
+    let expected: [Expected; 3] = [
+        // 6 and 5 units never fit a limit of 1; then 1 does.
+        ("api:token:abc", 1, 1, &[(F, F), (F, F), (T, T)]),
+        ("k", 1, 2, &[(T, T), (F, F), (F, T)]),
+        // 1, 1, 1 and 5 units fit 30; a peek of 0 passes; 100 is more than the limit.
+        (
+            "user123",
+            30,
+            60,
+            &[(T, T), (T, T), (T, T), (T, T), (T, T), (F, F)],
+        ),
+    ];
+    assert_eq!(keys.len(), expected.len());
     let mut replay = Tally::default();
-    for (limit, period, requests) in replay_trace().values() {
-        let t = compare(*limit, *period, requests);
+    for ((key, (limit, window, requests)), (want_key, want_limit, want_window, want)) in
+        keys.iter().zip(expected)
+    {
+        assert_eq!(
+            (key.as_str(), *limit, *window),
+            (want_key, want_limit, want_window * S)
+        );
+        let t = compare(*limit, *window, requests);
+        assert_eq!(t.decisions, want, "{key}");
         replay.requests += t.requests;
         replay.looser += t.looser;
         replay.stricter += t.stricter;
         replay.same_history += t.same_history;
+        replay.admitted.0 += t.admitted.0;
+        replay.admitted.1 += t.admitted.1;
+        replay.worst_window = replay.worst_window.max(t.worst_window);
     }
     println!(
-        "| examples/data/replay.txt | per line | {} | {:.2}% | {} | {} | {:.2}% | | |",
+        "| examples/data/replay.txt | per line | {} | {:.2}% | {} | {} | {:.2}% | {} / {} | {} |",
         replay.requests,
         100.0 * replay.disagreement(),
         replay.looser,
         replay.stricter,
-        100.0 * replay.same_history_rate()
+        100.0 * replay.same_history_rate(),
+        replay.admitted.0,
+        replay.admitted.1,
+        replay.worst_window
     );
-    assert!(replay.requests >= 10);
+    assert_eq!(replay.requests, 12);
+    assert_eq!((replay.looser, replay.stricter), (0, 1));
+    // On the log's own history the estimate makes the same mistake, on the same request.
+    assert_eq!(replay.same_history, 1);
+    // Units admitted: user123 8 (the peek admits none), k 1 and 2, api:token:abc 1.
+    assert_eq!(replay.admitted, (10, 11));
+    assert_eq!(replay.worst_window, 8);
 }

@@ -189,3 +189,82 @@ fn a_live_quota_is_never_read_torn() {
         assert_eq!(cell.load(), quotas[2]);
     });
 }
+
+/// The key's theoretical arrival time, read through a peek at time zero (a peek's reset time is
+/// `TAT - now`): shows a funnel left *below* fresh (`TAT < NOW`), which a peek at `NOW` cannot
+/// tell from a fresh one.
+fn arrival_time<K: std::hash::Hash + ?Sized>(limiter: &Limiter<K, ManualClock>, key: &K) -> u64 {
+    limiter
+        .peek_at(key, Timestamp::ZERO)
+        .reset_after()
+        .as_nanos() as u64
+}
+
+/// One thread charges a key twice while another charges it once and refunds that charge if it
+/// was admitted (a request that was not served after all), on a limit of 2 and a key that does
+/// not exist yet (so both may race to create it). Whatever the interleaving, the refund finds
+/// its own charge to give back, and the funnel ends holding exactly the admitted charges minus
+/// the refund: a refund's CAS loop never loses a concurrent charge, and never takes one back
+/// twice.
+#[test]
+fn a_refund_racing_charges_leaves_exactly_the_admitted_charges_minus_the_refund() {
+    model(|| {
+        let users = limiter::<u64>(2);
+        let charger = {
+            let users = users.clone();
+            thread::spawn(move || {
+                (0..2)
+                    .filter(|_| users.check_at(&1, now()).is_allowed())
+                    .count() as u64
+            })
+        };
+        let (admitted, refunded) = if users.check_at(&1, now()).is_allowed() {
+            assert!(
+                users.refund_at(&1, &quota(2), 1, now()),
+                "a refund found nothing to give back although its own charge was in place"
+            );
+            (1, 1)
+        } else {
+            (0, 0)
+        };
+        let theirs = charger.join().unwrap();
+        assert!(theirs >= 1, "the first charge always fits");
+        let held = theirs + admitted - refunded;
+        assert_eq!(charged(&users, &1), held);
+        assert_eq!(
+            arrival_time(&users, &1),
+            NOW + T * held,
+            "below a fresh funnel"
+        );
+    });
+}
+
+/// A refund of 3 units on a funnel holding 1 races a charge of 1: the refund gives back what
+/// the funnel holds when it lands and stops at a fresh funnel (`TAT = now`), never below it, so
+/// the funnel ends holding the charge if it landed after the refund and nothing if before.
+#[test]
+fn a_refund_larger_than_the_funnel_stops_at_a_fresh_funnel() {
+    model(|| {
+        let users = limiter::<u64>(2);
+        assert!(users.check_at(&1, now()).is_allowed());
+        let refund = {
+            let users = users.clone();
+            thread::spawn(move || users.refund_at(&1, &quota(2), 3, now()))
+        };
+        let charge = users.check_at(&1, now());
+        assert!(charge.is_allowed(), "a limit of 2 holds 1 and 1 more");
+        assert!(
+            refund.join().unwrap(),
+            "the funnel held something to give back"
+        );
+        // The charge saw 1 unit held (remaining 0 after it) when it came first, none when the
+        // refund had emptied the funnel (remaining 1).
+        let after_refund = charge.remaining() == 1;
+        assert_eq!(charged(&users, &1), u64::from(after_refund));
+        assert_eq!(
+            arrival_time(&users, &1),
+            NOW + T * u64::from(after_refund),
+            "a refund left the funnel below fresh, or a charge was lost"
+        );
+    });
+}

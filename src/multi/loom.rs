@@ -12,33 +12,13 @@ use crate::clock::{ManualClock, Timestamp};
 use crate::limiter::Limiter;
 use crate::multi::check_all;
 use crate::quota::Quota;
+use crate::table::loom::model;
 
 const NOW: u64 = 100;
 const T: u64 = 10;
 
 fn now() -> Timestamp {
     Timestamp::from_nanos(NOW).unwrap()
-}
-
-/// Runs a model at a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS` says otherwise (as the
-/// slot protocol's models do), and prints how many executions loom explored.
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    builder.max_branches = builder.max_branches.max(100_000);
-    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = executions.clone();
-    builder.check(move || {
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f();
-    });
-    eprintln!(
-        "{}: {} executions",
-        std::thread::current().name().unwrap_or("model"),
-        executions.load(std::sync::atomic::Ordering::Relaxed),
-    );
 }
 
 /// A quota of burst capacity `limit`, one unit leaking back every `T` ns.

@@ -53,7 +53,7 @@ const ODD: [u64; 4] = [0x11 | HIGH, 0x21 | HIGH, 0x31 | HIGH, 0x41 | HIGH];
 /// reduction is not complete under a preemption bound, so a bug reachable with one preemption
 /// may still need a higher bound to show; the models are small enough for 3 (seconds) or 4
 /// (about a minute).
-pub(super) fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+pub(crate) fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(3);

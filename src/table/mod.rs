@@ -36,7 +36,7 @@ mod stats;
 mod update;
 
 #[cfg(all(test, funnel_loom))]
-mod loom;
+pub(crate) mod loom;
 
 use crate::error::Error;
 use crate::sync::AtomicBool;

@@ -1,11 +1,12 @@
 //! Software prefetch: asks the CPU to start loading a cache line without waiting for it, so
 //! that a batch of lookups overlaps the memory misses of different keys.
 //!
-//! The crate's only `unsafe`. It buys a measured win: at 10 M keys, `check_batch_at` decided in
-//! about 21 ns a key with a prefetch instruction against about 104 ns with plain loads whose
-//! values are dropped (those block retirement until the line arrives, so only a few misses
-//! overlap), and about 200 ns for single `check_at` calls (`examples/icount.rs`, the `batch`
-//! and `u64` modes, `deny`, 10,000,000 keys; docs/DESIGN.md).
+//! One of the crate's few `unsafe` blocks. It buys a measured win: at 10 M keys,
+//! `check_batch_at` decided in about 20 ns a key with a prefetch instruction against about
+//! 104 ns with plain loads whose values are dropped (those block retirement until the line
+//! arrives, so only a few misses overlap), and about 100-190 ns for single `check_at` calls
+//! (`examples/icount.rs`, the `batch` and `u64` modes, `deny`, 10,000,000 keys;
+//! docs/DESIGN.md).
 
 use crate::sync::AtomicU64;
 

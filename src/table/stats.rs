@@ -30,11 +30,11 @@ pub struct Stats {
     /// New keys placed in the slot of a key whose funnel had fully recovered (free: that key
     /// loses nothing).
     pub recovered_evictions: u64,
-    /// New keys placed by evicting a funnel still in debt ([`WhenFull::Evict`]).
+    /// New keys placed by evicting a funnel still in debt ([`WhenFull::Evict`](crate::WhenFull::Evict)).
     pub forced_evictions: u64,
-    /// New keys turned away because the table was full ([`WhenFull::Deny`]).
+    /// New keys turned away because the table was full ([`WhenFull::Deny`](crate::WhenFull::Deny)).
     pub turned_away: u64,
-    /// New keys let through untracked because the table was full ([`WhenFull::Allow`]).
+    /// New keys let through untracked because the table was full ([`WhenFull::Allow`](crate::WhenFull::Allow)).
     pub admitted_untracked: u64,
     /// Times a growable table doubled (0 for a fixed table).
     pub growths: u64,

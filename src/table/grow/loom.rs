@@ -49,7 +49,7 @@ fn tat_of(table: &Table, fp: u64) -> Option<u64> {
 
 /// Splits what is left of the migration, then checks it settled at four buckets.
 fn finish(table: &Table, now: u64) {
-    while table.help_migrate(now) {}
+    while table.help_migrate(now, &quota(4, 10)) {}
     assert_eq!(table.buckets_in_use(), 4, "the migration did not settle");
     assert!(
         table.homes(K).1.is_none(),
@@ -69,7 +69,7 @@ fn an_update_racing_the_move_of_its_key_is_charged_exactly_once() {
             thread::spawn(move || table.decide(&table.home(K), 5, &q, 1))
         };
         // This thread is the mover: it splits the old buckets, moving K out of its one.
-        while table.help_migrate(5) {}
+        while table.help_migrate(5, &q) {}
         let d = updater.join().unwrap();
         assert_eq!(d.outcome(), Outcome::Allowed);
         finish(&table, 5);
@@ -96,7 +96,7 @@ fn a_denial_racing_the_move_of_its_key_is_decided_on_its_own_debt() {
             let table = table.clone();
             thread::spawn(move || table.decide(&table.home(K), 5, &q, 1))
         };
-        while table.help_migrate(5) {}
+        while table.help_migrate(5, &q) {}
         let d = reader.join().unwrap();
         // Refused, with the retry its debt says: 100 + 10 - 40 - 5.
         assert_eq!(d.outcome(), Outcome::Limited, "{d:?}");
@@ -121,7 +121,7 @@ fn a_key_created_while_a_growth_starts_is_found_after_the_migration() {
         // barrier (and then moved) or by the new one after it, never by the old one behind the
         // migration's back.
         assert!(table.start_growth());
-        while table.help_migrate(5) {}
+        while table.help_migrate(5, &q) {}
         assert_eq!(creator.join().unwrap().outcome(), Outcome::Allowed);
         finish(&table, 5);
         assert_eq!(tat_of(&table, J), Some(15), "J was lost");
@@ -154,7 +154,7 @@ fn a_reader_finishes_a_move_its_stalled_mover_left_half_done() {
                         first,
                         second,
                     };
-                    let _target = table.pending_target(&to, 5, Mode::Cuckoo);
+                    let _target = table.pending_target(&to, 5, &quota(4, 10), Mode::Cuckoo);
                     // Seal (retrying over the reader's updates), and stall before completing.
                     while let Some(word) = live_word(source, slot, K) {
                         let sealed = source.words[slot].compare_exchange(

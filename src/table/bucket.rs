@@ -122,9 +122,9 @@ fn zero_bytes(x: u64) -> u64 {
 /// words, unlocked), so the table asks the allocator for zeroed memory instead of writing it:
 /// the operating system hands out zero pages lazily, so a table's resident memory is the part
 /// of it that has been touched. That is what lets a growable table reserve its maximum size
-/// up front and start with the resident memory of its initial size (`grow.rs`), and a large
-/// fixed table build in microseconds instead of writing every byte. `None` when the
-/// allocation fails.
+/// up front and start with the resident memory of its initial size (`grow/`); the buckets in
+/// use from the start are touched by the table when it is built, so that first-touch page
+/// faults happen then and not in requests. `None` when the allocation fails.
 #[cfg(not(funnel_loom))]
 pub(crate) fn empty_buckets(n: usize) -> Option<Box<[Bucket]>> {
     if n == 0 {

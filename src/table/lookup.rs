@@ -3,7 +3,7 @@
 //! slot of the buckets where the key may be, including, while the table grows, the buckets it
 //! had before, and completing a move that another thread left half done.
 
-use super::bucket::{candidates, Bucket, SLOTS_PER_BUCKET};
+use super::bucket::{candidates, Bucket};
 use super::{prefetch, Home, Table};
 use crate::state::{self, SlotState};
 use crate::sync::Ordering;
@@ -62,11 +62,17 @@ impl Table {
     }
 
     /// The slow path: the live slot bound to `fp` wherever the table may hold it now, or `None`
-    /// when the key is absent. Reads every slot of the key's candidate buckets (no tag filter);
-    /// while the table grows, first those of the level it grows from (a key not moved yet is
-    /// there), then those of the level in use (a key moved or created since). A move found half
-    /// done (target pending, source sealed) is completed here, so no reader waits for a mover
+    /// when the key is absent. Looks at the key's candidate buckets, while the table grows first
+    /// at the level it grows from (a key not moved yet is there), then at the level in use (a key
+    /// moved or created since), and at every state of the key's slots: a move found half done
+    /// (target pending, source sealed) is completed here, so no reader waits for a mover
     /// (`docs/DESIGN.md`, "Growing").
+    ///
+    /// Slots are found through their tags, as on the hot path: a slot holding the key in any
+    /// state (pending, live, sealed) carries the key's tag, set before the slot could be seen in
+    /// that state. A stale tag can only hide a binding this instant; creators look again under
+    /// the key's creation lock, whose Acquire shows them every binding of the key, tag included
+    /// (all were made under that lock).
     #[cold]
     pub(super) fn locate(&self, fp: u64) -> Option<Found<'_>> {
         // A move seen half way through may have advanced past our scan (a target we passed
@@ -77,10 +83,20 @@ impl Table {
             let (home, from) = self.homes(fp);
             let mut pending = None;
             let mut sealed = None;
-            let buckets = from.iter().flat_map(Home::buckets).chain(home.buckets());
-            for bucket in buckets {
-                for slot in 0..SLOTS_PER_BUCKET {
-                    match examine(&self.buckets[bucket], slot, fp) {
+            for at in from.iter().chain(std::iter::once(&home)) {
+                let first = &self.buckets[at.first];
+                let second = &self.buckets[at.second];
+                // Relaxed: a filter, as on the hot path (see above).
+                let mut slots = candidates(
+                    first.tags.load(Ordering::Relaxed),
+                    second.tags.load(Ordering::Relaxed),
+                    at.tag,
+                );
+                while slots != 0 {
+                    let bit = slots.trailing_zeros();
+                    slots &= slots - 1;
+                    let bucket = if bit & 4 != 0 { first } else { second };
+                    match examine(bucket, (bit >> 3) as usize, fp) {
                         Seen::Live(found) => return Some(found),
                         Seen::Pending(target) => pending = Some(target),
                         // Acquire (the word load in `validate`): a sealed source shows us its

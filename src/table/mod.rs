@@ -93,12 +93,19 @@ impl Table {
         check_capacity(capacity)?;
         // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
         // is as large as asked for (to the next whole bucket), not the next power of two.
-        let buckets = capacity.div_ceil(SLOTS_PER_BUCKET);
+        let buckets = allocate(capacity.div_ceil(SLOTS_PER_BUCKET))?;
+        // A fixed table is all in use: touch every bucket now, so that the operating system's
+        // first-touch page faults (a microsecond or two each) happen at build time, not in the
+        // first requests to reach each page.
+        for bucket in buckets.iter() {
+            // Relaxed: a write of the value the lock already has; nobody else sees the table yet.
+            bucket.lock.store(false, crate::sync::Ordering::Relaxed);
+        }
         Ok(Table {
-            buckets: allocate(buckets)?,
             shape: Shape::Fixed {
-                len: buckets as u64,
+                len: buckets.len() as u64,
             },
+            buckets,
             stats: Default::default(),
             when_full,
         })
@@ -123,8 +130,15 @@ impl Table {
         }
         let level = |keys: usize| keys.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().ilog2();
         let (min, max) = (level(initial), level(max));
+        let buckets = allocate(1 << max)?;
+        // The initial size is in use from the start: touch it now, as a fixed table's (the
+        // rest is touched as the table grows into it, by the creations that move keys there).
+        for bucket in &buckets[..1 << min] {
+            // Relaxed: as in `with_capacity`.
+            bucket.lock.store(false, crate::sync::Ordering::Relaxed);
+        }
         Ok(Table {
-            buckets: allocate(1 << max)?,
+            buckets,
             shape: Shape::Grows(Growth::new(min, max)),
             stats: Default::default(),
             when_full,

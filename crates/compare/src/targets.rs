@@ -129,13 +129,18 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
     // thread. The thresholds depend on the clock: with the clock read taken out for everyone
     // (`--clock manual`) the table's own cost shows.
     let manual = ctx.opts.clock.label() == "manual";
-    let vs = |roles: &[&str], kts: &[&str], ours: &str, theirs: &[&str], threshold: f64| {
+    let vs_under = |quotas: &[&str],
+                    roles: &[&str],
+                    kts: &[&str],
+                    ours: &str,
+                    theirs: &[&str],
+                    threshold: f64| {
         let mut ratios = Vec::new();
         let mut cells = Vec::new();
         for role in roles {
             let wl = name_of_role(ctx, role);
             for kt in kts {
-                for q in QUOTAS {
+                for &q in quotas {
                     let f = find(rows, Section::InProc, &wl, kt, q, 1, 1, ours);
                     for other in theirs {
                         let g = find(rows, Section::InProc, &wl, kt, q, 1, 1, other);
@@ -174,6 +179,9 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
             met: (!ratios.is_empty()).then_some(met_cells == ratios.len()),
         }
     };
+    let vs = |roles: &[&str], kts: &[&str], ours: &str, theirs: &[&str], threshold: f64| {
+        vs_under(&QUOTAS, roles, kts, ours, theirs, threshold)
+    };
     let fair = ["governor-keyed-ahash", "mutex-map"];
     out.push(vs(
         &["W2"],
@@ -197,8 +205,12 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
         4.0,
     ));
     // Growth: a table grown from 1,024 keys to the key space costs ≤ 1.2× the fixed table per
-    // decision once grown (its rate ≥ 1 / 1.2 of the fixed table's, in the same run).
-    let mut grown = vs(
+    // decision once grown (its rate ≥ 1 / 1.2 of the fixed table's, in the same run). Judged
+    // under the denying quota, where every key stays in debt and the table grows to hold them
+    // all; under the allowing quota on a moving clock a key's debt lasts a millisecond, so the
+    // growable table stays small (and cached) and those cells compare something else.
+    let mut grown = vs_under(
+        &["deny"],
         &["W3", "W4"],
         &["u64", "String"],
         "funnel-grown",
@@ -206,8 +218,9 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
         1.0 / 1.2,
     );
     grown.what = format!(
-        "funnel-grown (a table started at 1,024 keys and grown by the prefill) costs ≤ 1.2× \
-         the fixed table per decision on {}, {} (its rate ≥ 0.83× funnel's, 1 thread, {} clock)",
+        "funnel-grown (a table started at 1,024 keys and grown by the prefill until every key is \
+         in debt) costs ≤ 1.2× the fixed table per decision on {}, {} (denying quota; its rate \
+         ≥ 0.83× funnel's, 1 thread, {} clock)",
         name_of_role(ctx, "W3"),
         name_of_role(ctx, "W4"),
         ctx.opts.clock.label()

@@ -52,6 +52,8 @@ OPTIONS:
     --no-limit             forward everything (a baseline for load tests)
     --governor             limit with tower_governor instead of funnel (for load tests): the
                            first --limit, which must be an `ip` key, as its per-IP quota
+    --governor-headers     as --governor, with tower_governor writing its x-ratelimit-*
+                           headers on every response (its `use_headers` mode)
     -h, --help             this text
 ";
 
@@ -64,6 +66,8 @@ struct Args {
     report: Report,
     no_limit: bool,
     governor: bool,
+    /// `--governor-headers`: tower_governor writing its headers on every response.
+    governor_headers: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -77,6 +81,7 @@ fn parse_args() -> Result<Args, String> {
         report: Report::All,
         no_limit: false,
         governor: false,
+        governor_headers: false,
     };
     let mut upstream = None;
     while let Some(a) = it.next() {
@@ -113,6 +118,7 @@ fn parse_args() -> Result<Args, String> {
             "--closest" => args.report = Report::Closest,
             "--no-limit" => args.no_limit = true,
             "--governor" => args.governor = true,
+            "--governor-headers" => args.governor_headers = true,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -168,11 +174,15 @@ impl tower_service::Service<Request<Incoming>> for Forward {
     }
 }
 
-type GovernorLayer = tower_governor::GovernorLayer<
+type GovernorLayer<M = governor::middleware::NoOpMiddleware> = tower_governor::GovernorLayer<
     tower_governor::key_extractor::PeerIpKeyExtractor,
-    governor::middleware::NoOpMiddleware,
+    M,
     axum::body::Body,
 >;
+
+/// tower_governor writing its `x-ratelimit-*` headers on every response (`use_headers`), as
+/// funnel's layer writes its `RateLimit` headers: the like-for-like comparison under load.
+type GovernorHeadersLayer = GovernorLayer<governor::middleware::StateInformationMiddleware>;
 
 /// [`Forward`] answering with axum's body type, the one tower_governor builds its 429 in.
 #[derive(Clone)]
@@ -201,6 +211,29 @@ impl tower_service::Service<Request<Incoming>> for ForwardAxum {
 /// tower_governor with the first `--limit` (an `ip` key) as its per-IP quota: one cell every
 /// emission interval, a burst of the limit; denials answered 429 with `Retry-After`.
 fn governor_layer(args: &Args) -> Result<GovernorLayer, String> {
+    let (interval, burst) = governor_quota(args)?;
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(interval)
+        .burst_size(burst)
+        .finish()
+        .ok_or("tower_governor rejected the quota")?;
+    Ok(tower_governor::GovernorLayer::new(config).error_handler(governor_429))
+}
+
+/// [`governor_layer`] with `use_headers`: its headers on every response.
+fn governor_headers_layer(args: &Args) -> Result<GovernorHeadersLayer, String> {
+    let (interval, burst) = governor_quota(args)?;
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(interval)
+        .burst_size(burst)
+        .use_headers()
+        .finish()
+        .ok_or("tower_governor rejected the quota")?;
+    Ok(tower_governor::GovernorLayer::new(config).error_handler(governor_429))
+}
+
+/// The first `--limit` (an `ip` key) as tower_governor's emission interval (ns) and burst.
+fn governor_quota(args: &Args) -> Result<(u64, u32), String> {
     let spec = args.limits.first().ok_or("--governor needs a --limit")?;
     if !spec.starts_with("ip=") {
         return Err(format!("--governor takes an `ip=` limit, not {spec:?}"));
@@ -208,25 +241,21 @@ fn governor_layer(args: &Args) -> Result<GovernorLayer, String> {
     let p = parse_limit(spec, &[]).map_err(|e| e.to_string())?;
     let interval = u64::try_from(p.quota.emission_interval().as_nanos()).unwrap_or(u64::MAX);
     let burst = u32::try_from(p.quota.limit()).map_err(|_| "burst too large for governor")?;
-    let config = tower_governor::governor::GovernorConfigBuilder::default()
-        .per_nanosecond(interval.max(1))
-        .burst_size(burst)
-        .finish()
-        .ok_or("tower_governor rejected the quota")?;
-    Ok(
-        tower_governor::GovernorLayer::new(config).error_handler(|e| {
-            let mut r = Response::new(axum::body::Body::empty());
-            *r.status_mut() = match e {
-                tower_governor::GovernorError::TooManyRequests { wait_time, .. } => {
-                    r.headers_mut()
-                        .insert(http::header::RETRY_AFTER, wait_time.into());
-                    StatusCode::TOO_MANY_REQUESTS
-                }
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            r
-        }),
-    )
+    Ok((interval.max(1), burst))
+}
+
+/// tower_governor's error as this proxy's response: 429 with `Retry-After`.
+fn governor_429(e: tower_governor::GovernorError) -> Response<axum::body::Body> {
+    let mut r = Response::new(axum::body::Body::empty());
+    *r.status_mut() = match e {
+        tower_governor::GovernorError::TooManyRequests { wait_time, .. } => {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, wait_time.into());
+            StatusCode::TOO_MANY_REQUESTS
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    r
 }
 
 fn status(code: StatusCode) -> Response<ProxyBody> {
@@ -264,7 +293,7 @@ async fn main() {
         client: Client::builder(TokioExecutor::new()).build_http(),
         upstream: args.upstream.clone(),
     };
-    let layer = if args.no_limit || args.governor {
+    let layer = if args.no_limit || args.governor || args.governor_headers {
         None
     } else {
         match builder.build() {
@@ -275,17 +304,16 @@ async fn main() {
             }
         }
     };
-    let governor = if args.governor {
-        match governor_layer(&args) {
-            Ok(g) => Some(g),
-            Err(e) => {
-                eprintln!("proxy: {e}");
-                std::process::exit(2);
-            }
-        }
-    } else {
-        None
+    let or_exit = |e: String| -> ! {
+        eprintln!("proxy: {e}");
+        std::process::exit(2)
     };
+    let governor = args
+        .governor
+        .then(|| governor_layer(&args).unwrap_or_else(|e| or_exit(e)));
+    let governor_headers = args
+        .governor_headers
+        .then(|| governor_headers_layer(&args).unwrap_or_else(|e| or_exit(e)));
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -316,6 +344,12 @@ async fn main() {
             tokio::spawn(serve(io, l.layer(forward.clone()), tag));
         } else if let Some(g) = &governor {
             // tower_governor's peer: its `axum` feature reads axum's ConnectInfo.
+            let tag = move |req: &mut Request<Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+            };
+            tokio::spawn(serve(io, g.layer(ForwardAxum(forward.clone())), tag));
+        } else if let Some(g) = &governor_headers {
             let tag = move |req: &mut Request<Incoming>| {
                 req.extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));

@@ -193,10 +193,10 @@ fn run(opts: Options) -> Result<bool, String> {
     }
     print!("{}", headline::text(&ctx));
     println!(
-        "\nWrote {}/{{summary.md (every table), results.csv, runs.csv, memory.csv, {} charts}} in {}.",
-        dir.display(),
+        "\nWrote summary.md (every table), the CSVs and {} charts in {}\nto {}/",
         charts.len(),
-        progress::fmt_secs(ctx.progress.elapsed().as_secs_f64())
+        progress::fmt_secs(ctx.progress.elapsed().as_secs_f64()),
+        dir.display()
     );
     for w in &ctx.warnings {
         println!("warning: {w}");

@@ -3,9 +3,12 @@
 //!
 //! ```sh
 //! cargo build --release --example icount
-//! valgrind --tool=callgrind --toggle-collect='icount::decide_all*' \
+//! valgrind --tool=callgrind --toggle-collect='icount::decide_all' \
 //!     target/release/examples/icount [keys] [rounds] [allow|deny] [u64|str|funnel]
 //! ```
+//!
+//! (The exact name, not `decide_all*`: that pattern also matches `decide_all_stream`, which
+//! calls `decide_all`, and the second toggle would switch collection off again.)
 //!
 //! The collected total divided by `max(keys, 2^20) * rounds` (the stream length times the
 //! rounds) is the cost of one decision (caller-supplied

@@ -66,7 +66,8 @@ struct Args {
     #[arg(long)]
     no_redis: bool,
     /// Also copy the charts to docs/bench/ and replace the generated section of
-    /// BENCHMARKS.md with this run's summary (publication runs only, so with --full).
+    /// BENCHMARKS.md with this run's summary (publication runs only, so with --full; it
+    /// refuses to start without redis-server, unless --no-redis).
     #[arg(long, requires = "full")]
     publish: bool,
     /// Only publish an earlier run's directory (results/<run id>), as --publish would.

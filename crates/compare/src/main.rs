@@ -42,6 +42,7 @@ use machine::Machine;
 use memory::MemRow;
 use progress::Progress;
 use redis_rows::OverRow;
+use redis_side::RedisServer;
 use report::{Row, Section};
 
 /// Everything a run accumulates.
@@ -95,6 +96,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A publication run replaces the published Redis rows: without redis-server it would
+    // publish a report with none, so it stops before running anything.
+    if opts.publish && opts.redis && opts.wants("redis") && RedisServer::binary().is_none() {
+        eprintln!(
+            "error: --publish needs redis-server for the Redis rows, and it is not installed \
+             (apt-get install -y redis-server), or pass --no-redis to publish without them"
+        );
+        return ExitCode::from(2);
+    }
     match run(opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

@@ -6,7 +6,7 @@
 //! `check_batch_at` decided in about 20 ns a key with a prefetch instruction against about
 //! 104 ns with plain loads whose values are dropped (those block retirement until the line
 //! arrives, so only a few misses overlap), and about 70-80 ns for single `check_at` calls,
-//! which themselves took 85-96 ns before they prefetched their word lines
+//! which themselves took 85-101 ns before they prefetched their word lines
 //! (`examples/icount.rs`, the `batch` and `u64` modes, 10,000,000 keys; docs/DESIGN.md).
 
 use crate::sync::AtomicU64;

@@ -2,14 +2,13 @@
 //! real server and client, with a frozen manual clock so admissions are exact.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use funnel::clock::ManualClock;
 use funnel::Quota;
 use funnel_testkit::tower::{client_from, draft_fields, get, member, request, send, serve};
 use funnel_tower::{Builder, KeyBy, RateLimitLayer};
 use http::StatusCode;
+use tokio::sync::watch;
 
 fn ip() -> KeyBy {
     KeyBy::PeerIp { v6_prefix: 64 }
@@ -37,10 +36,20 @@ fn set(with_global: bool) -> Builder {
     b.policy("ip", ip(), fifty())
 }
 
+/// Requests each client sends under one set before the writer may replace it: the first
+/// `PINNED` of them start after the set is in place and end before the next one is, the
+/// rest race with the replacement.
+const WINDOW: usize = 6;
+const PINNED: usize = 4;
+const REQUESTS: usize = 60;
+
 /// Four clients on two addresses send 240 requests while a writer replaces the policy set
-/// as fast as it can (yielding between replacements). The ip policy keeps its table through every replacement, so each address
-/// is admitted exactly its 50 units; every response is whole (both fields name the policies
-/// of one set); the counters carry on.
+/// nine times, every replacement racing with requests in flight. The clients and the writer
+/// step together (a client's request `n` waits for set `n / WINDOW`; the writer installs set
+/// `g + 1` once every client has finished `g * WINDOW + PINNED` requests), so every client
+/// sees both sets whatever the scheduler does. The ip policy keeps its table through every
+/// replacement, so each address is admitted exactly its 50 units; every response is whole
+/// (both fields name the policies of one set); the counters carry on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_policy_keeps_every_keys_debt_while_the_set_is_replaced_under_load() {
     let layer = set(false)
@@ -48,51 +57,59 @@ async fn a_kept_policy_keeps_every_keys_debt_while_the_set_is_replaced_under_loa
         .expect("a valid set");
     let addr = serve(layer.clone()).await;
 
-    let done = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (layer, done) = (layer.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut replacements = 0u32;
-            // Relaxed: a stop flag; the clients' results travel through their join handles.
-            while !done.load(Ordering::Relaxed) {
-                layer
-                    .reconfigure(set(replacements % 2 == 0))
-                    .expect("a valid set");
-                replacements += 1;
-                tokio::task::yield_now().await;
-            }
-            replacements
-        })
-    };
+    let generations = REQUESTS / WINDOW;
+    let (installed, _) = watch::channel(0usize);
+    let mut progress = Vec::new();
     let mut clients = Vec::new();
     for from in ["127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"] {
+        let (done, seen) = watch::channel(0usize);
+        progress.push(seen);
+        let mut installed = installed.subscribe();
         clients.push(tokio::spawn(async move {
             let client = client_from(Some(from.parse().unwrap()));
             let (mut ok, mut with_global) = (0, 0);
-            for _ in 0..60 {
+            for n in 0..REQUESTS {
+                installed
+                    .wait_for(|&g| g >= n / WINDOW)
+                    .await
+                    .expect("the writer outlives the clients");
                 let r = send(&client, request(addr, "/", &[])).await;
                 let (policy, _) = draft_fields(&r);
-                with_global += usize::from(policy.len() == 2);
+                let global = policy.len() == 2;
+                if n % WINDOW < PINNED {
+                    let expected = (n / WINDOW) % 2 == 1;
+                    assert_eq!(global, expected, "request {n} from {from}: {policy:?}");
+                }
+                with_global += usize::from(global);
                 match r.status {
                     StatusCode::OK => ok += 1,
                     StatusCode::TOO_MANY_REQUESTS => {}
                     s => panic!("status {s}"),
                 }
+                done.send_replace(n + 1);
             }
             (from, ok, with_global)
         }));
     }
+    // Set g carries the global cap when g is odd; set 0 is the one the layer was built with.
+    for g in 1..generations {
+        for seen in &mut progress {
+            seen.wait_for(|&finished| finished >= (g - 1) * WINDOW + PINNED)
+                .await
+                .expect("a client stopped early");
+        }
+        layer.reconfigure(set(g % 2 == 1)).expect("a valid set");
+        installed.send_replace(g);
+    }
     let mut admitted = BTreeMap::new();
-    let mut under_both_sets = 0;
     for c in clients {
         let (from, ok, with_global) = c.await.unwrap();
         *admitted.entry(from).or_insert(0) += ok;
-        under_both_sets += usize::from(with_global > 0 && with_global < 60);
+        assert!(
+            with_global > 0 && with_global < REQUESTS,
+            "{from} saw one set only ({with_global} of {REQUESTS} with the global cap)"
+        );
     }
-    done.store(true, Ordering::Relaxed);
-    let replacements = writer.await.unwrap();
-    assert!(replacements >= 10, "only {replacements} replacements");
-    assert!(under_both_sets > 0, "no client saw both sets");
     assert_eq!(admitted.values().copied().collect::<Vec<_>>(), [50, 50]);
     let stats = layer.stats("ip").unwrap();
     assert_eq!((stats.allowed, stats.denied), (100, 140));

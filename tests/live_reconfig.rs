@@ -5,7 +5,7 @@
 use funnel_testkit::model;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
@@ -106,6 +106,9 @@ fn admissions_match_the_model_in_every_interval_as_the_quota_changes_every_milli
 /// each on keys of its own. Every decision names its quota by its limit (never a mix: the
 /// limit is one of the three), and replaying each key's decisions in the model under those
 /// quotas at the same times gives the same answers, debt kept as time across every change.
+/// After each change the writer waits for two more decisions from each thread (the threads
+/// never wait), so every quota is used whatever the scheduler does, and each change still
+/// races with decisions in flight.
 #[test]
 fn decisions_racing_quota_changes_each_match_the_model_under_the_quota_they_used() {
     const THREADS: u64 = 2;
@@ -115,10 +118,12 @@ fn decisions_racing_quota_changes_each_match_the_model_under_the_quota_they_used
     let clock = ManualClock::new();
     let limiter = live(&clock, quotas[0].0);
     let stop = AtomicBool::new(false);
+    let decided: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
     let logs = thread::scope(|s| {
         let readers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (limiter, clock, stop) = (&limiter, &clock, &stop);
+                let decided = &decided[t as usize];
                 s.spawn(move || {
                     let mut log = Vec::new();
                     let mut i = 0u64;
@@ -129,6 +134,12 @@ fn decisions_racing_quota_changes_each_match_the_model_under_the_quota_they_used
                         let d = limiter.check_n_at(&key, 1, now);
                         log.push((key, now.as_nanos(), d.limit(), d.to_cl_throttle()));
                         i += 1;
+                        // Relaxed, then a SeqCst fence, as the writer does on its side: a
+                        // writer that has not seen this count yet has its quota change seen by
+                        // the decision after this one (the store-buffering pattern, which the
+                        // two fences forbid).
+                        decided.store(i, Ordering::Relaxed);
+                        fence(Ordering::SeqCst);
                     }
                     log
                 })
@@ -137,7 +148,15 @@ fn decisions_racing_quota_changes_each_match_the_model_under_the_quota_they_used
         for change in 0..200 {
             limiter.set_quota(quotas[change % 3].0);
             clock.advance(Duration::from_nanos(MS));
-            thread::yield_now();
+            // See the readers' fence. Each reader's second decision from now on started after
+            // the change, so it used this quota; the ones before may race with the change.
+            fence(Ordering::SeqCst);
+            for count in &decided {
+                let from = count.load(Ordering::Relaxed);
+                while count.load(Ordering::Relaxed) < from + 2 {
+                    thread::yield_now();
+                }
+            }
         }
         stop.store(true, Ordering::Relaxed);
         readers
@@ -160,8 +179,9 @@ fn decisions_racing_quota_changes_each_match_the_model_under_the_quota_they_used
             );
         }
     }
-    assert!(
-        limits_seen.len() >= 2,
-        "the quota never changed under the readers"
+    assert_eq!(
+        limits_seen.len(),
+        3,
+        "a quota was never used by the readers"
     );
 }

@@ -188,10 +188,17 @@ impl Builder {
         }
         let url = self.urls.first().map_or("", String::as_str);
         let client = redis::Client::open(url).map_err(Error::InvalidUrl)?;
+        // No retries inside the manager: its retry delays come from a jitter generator with a
+        // fixed seed (the redis crate builds `backon` without `std`), so a refused first
+        // connection was retried after about 1.5 s and then after about 2 minutes, and the
+        // link's own backoff (10 ms doubling to 1 s, `link.rs`) never ran in between. With
+        // none, a failed attempt returns at once and the link retries on its schedule; a
+        // dropped connection is re-opened by the manager on the next request, and a request
+        // that fails meanwhile takes the failure policy like any other.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(self.connect_timeout)
             .set_response_timeout(self.timeout.max(Duration::from_millis(1)) * 4)
-            .set_number_of_retries(2);
+            .set_number_of_retries(0);
         Ok(Target::Single(client, config))
     }
 }

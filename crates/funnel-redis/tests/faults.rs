@@ -238,6 +238,34 @@ async fn a_limiter_built_while_redis_is_down_answers_by_policy_then_connects() {
     assert_counting(&l, "k").await;
 }
 
+/// Redis down for longer than the first retries when the limiter is built: once it is back,
+/// the limiter decides within the link's longest backoff (1 s; the bound leaves 2 s for a
+/// loaded machine), however long the outage was.
+/// (With the `redis` crate's own retries inside the connection manager, the attempt after
+/// about 1.5 s was followed by one about 2 minutes later, so this took minutes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_outage_at_startup_redis_decides_within_the_backoff_of_coming_back() {
+    let _serial = SERIAL.lock().await;
+    let mut server = server();
+    server.kill();
+    let l = RedisLimiter::builder(server.url(), quota())
+        .timeout(TIMEOUT)
+        .on_failure(OnFailure::Open)
+        .build()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    server.restart().unwrap();
+    let back = Instant::now();
+    until_redis_decides(&l, "k").await;
+    let took = back.elapsed();
+    assert!(
+        took < Duration::from_secs(1) + Duration::from_secs(2),
+        "Redis decided {took:?} after it came back"
+    );
+    assert_counting(&l, "k").await;
+}
+
 /// The server demoted to a replica (`REPLICAOF` a primary that never answers, so no sync
 /// starts): an allowed request, which must write, gets `READONLY`, answered by the policy as
 /// `Failure::ReadOnly`; promoted again, it decides.

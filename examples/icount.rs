@@ -4,18 +4,19 @@
 //! ```sh
 //! cargo build --release --example icount
 //! valgrind --tool=callgrind --toggle-collect='icount::decide_all' \
-//!     target/release/examples/icount [keys] [rounds] [allow|deny] [u64|str|funnel]
+//!     target/release/examples/icount [keys] [rounds] [allow|deny] [u64|str|funnel|batch|u64clock]
 //! ```
 //!
 //! (The exact name, not `decide_all*`: that pattern also matches `decide_all_stream`, which
 //! calls `decide_all`, and the second toggle would switch collection off again.)
 //!
 //! The collected total divided by `max(keys, 2^20) * rounds` (the stream length times the
-//! rounds) is the cost of one decision (caller-supplied
-//! time, so no clock read is counted). `funnel` runs the single-key `Funnel` for comparison;
-//! `batch` runs `u64` keys through `check_batch_at`, 32 keys a call (its time line is then per
-//! call: divide by 32). The time printed is wall time, which only means something on an idle
-//! machine; the instruction counts mean something anywhere.
+//! rounds) is the cost of one decision (caller-supplied time, so no clock read is counted).
+//! `funnel` runs the single-key `Funnel` for comparison; `batch` runs `u64` keys through
+//! `check_batch_at`, 32 keys a call (its time line is then per call: divide by 32);
+//! `u64clock` runs `u64` keys through `check`, which reads the limiter's default clock (a TSC
+//! read through quanta) on every decision. The time printed is wall time, which only means
+//! something on an idle machine; the instruction counts mean something anywhere.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -112,6 +113,20 @@ fn main() {
                 true
             });
             allowed.get()
+        }
+        "u64clock" => {
+            // As `u64`, but every decision reads the limiter's default clock (`check`).
+            let l = Limiter::<u64>::builder(quota)
+                .capacity(capacity)
+                .build()
+                .unwrap();
+            for k in &keys {
+                l.check(k);
+            }
+            let stream: Vec<u64> = order.iter().map(|&i| keys[i as usize]).collect();
+            decide_all_stream(stream.len(), rounds, |j| {
+                l.check(black_box(&stream[j])).is_allowed()
+            })
         }
         "funnel" => {
             let f = Funnel::new(quota);

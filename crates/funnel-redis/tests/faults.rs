@@ -227,12 +227,7 @@ async fn a_limiter_built_while_redis_is_down_answers_by_policy_then_connects() {
         assert!(matches!(failure, Failure::Connection | Failure::Timeout));
         assert_policy(policy, answer, failure, 1);
     }
-    let l = RedisLimiter::builder(server.url(), quota())
-        .timeout(TIMEOUT)
-        .on_failure(OnFailure::Open)
-        .build()
-        .await
-        .unwrap();
+    let l = limiter(server.url(), OnFailure::Open).await;
     server.restart().unwrap();
     until_redis_decides(&l, "k").await;
     assert_counting(&l, "k").await;
@@ -248,12 +243,7 @@ async fn after_a_long_outage_at_startup_redis_decides_within_the_backoff_of_comi
     let _serial = SERIAL.lock().await;
     let mut server = server();
     server.kill();
-    let l = RedisLimiter::builder(server.url(), quota())
-        .timeout(TIMEOUT)
-        .on_failure(OnFailure::Open)
-        .build()
-        .await
-        .unwrap();
+    let l = limiter(server.url(), OnFailure::Open).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     server.restart().unwrap();
     let back = Instant::now();

@@ -48,8 +48,9 @@ impl Table {
         // keyed hot path"). Gating it on the table's size cost more than that, and a batch,
         // which prefetched these lines already, decides no faster without it (1 M and 10 M
         // keys, `batch` mode).
-        prefetch::prefetch(&first.words[0]);
-        prefetch::prefetch(&second.words[0]);
+        // Off x86_64 no hint (`prefetch::hint` says why).
+        prefetch::hint(&first.words[0]);
+        prefetch::hint(&second.words[0]);
         // Relaxed: tags are a filter (`bucket.rs`); every candidate is validated below, and a
         // stale miss only sends us to the slow path, which reads every slot of the buckets.
         let mut slots = candidates(

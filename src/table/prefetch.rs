@@ -11,6 +11,19 @@
 
 use crate::sync::AtomicU64;
 
+/// A lookup's own hint for `word`'s line: [`prefetch`] where it is a real prefetch
+/// instruction, nothing elsewhere. The plain load that stands in for a prefetch off x86_64
+/// blocks retirement until its line arrives, and a lookup hints the second bucket's line
+/// even when the key is in the first: a wasted miss it would then wait for. A batch, whose
+/// look-ahead has many keys' decisions to overlap with, still takes the load.
+#[inline(always)]
+pub(crate) fn hint(word: &AtomicU64) {
+    #[cfg(all(target_arch = "x86_64", not(funnel_loom)))]
+    prefetch(word);
+    #[cfg(not(all(target_arch = "x86_64", not(funnel_loom))))]
+    let _ = word;
+}
+
 /// Starts loading the cache line holding `word` into every cache level.
 #[inline(always)]
 pub(crate) fn prefetch(word: &AtomicU64) {

@@ -167,7 +167,13 @@ impl Table {
     /// Bytes of the buckets in use, with their locks, and the counters: the table's resident
     /// memory once every bucket in use has been touched.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.buckets_in_use() * std::mem::size_of::<Bucket>() + std::mem::size_of_val(&self.stats)
+        let locks = match &self.shape {
+            Shape::Fixed { .. } => 0,
+            Shape::Grows(g) => g.locks_bytes(),
+        };
+        self.buckets_in_use() * std::mem::size_of::<Bucket>()
+            + locks
+            + std::mem::size_of_val(&self.stats)
     }
 
     /// Where the key with this 64-bit hash lives now.
@@ -189,14 +195,13 @@ impl Table {
 
     /// The creation lock of the key `fp`: every creator of the key, and every move of it while
     /// the table grows, takes this one lock. In a fixed table it is the lock of the key's first
-    /// bucket; in a growable one, of its first bucket at the initial size, which is the same
-    /// at every size.
+    /// bucket; in a growable one, one of the table's own array of locks (`Growth::stripe`),
+    /// chosen by fingerprint bits that do not depend on the size.
     fn stripe(&self, fp: u64) -> &AtomicBool {
-        let bucket = match &self.shape {
-            Shape::Fixed { len } => fixed_candidates(fp, *len).0,
+        match &self.shape {
+            Shape::Fixed { len } => &self.buckets[fixed_candidates(fp, *len).0].lock,
             Shape::Grows(g) => g.stripe(fp),
-        };
-        &self.buckets[bucket].lock
+        }
     }
 }
 

@@ -42,9 +42,8 @@ const FIRST_SHIFT: u32 = 8;
 /// ... and its second at this one (the fingerprint rotated), so the two are independent up to
 /// 2^28 buckets.
 const SECOND_ROTATE: u32 = 36;
-/// The most creation stripes, whatever the initial size: 4,096 locks (a growth's barrier takes
-/// each once).
-const MAX_STRIPE_LEVEL: u32 = 12;
+/// The most creation locks: 16,384, one byte each (a growth's barrier takes each once).
+const MAX_STRIPE_LEVEL: u32 = 14;
 /// Buckets of the old level a helper splits per slow-path request.
 #[cfg(not(funnel_loom))]
 const CHUNK: u64 = 8;
@@ -61,8 +60,6 @@ pub(super) struct Growth {
     /// `(mask << 1) | migrating`: `mask` is `2^level - 1` for the level in use (while
     /// migrating, the new level's), `migrating` whether keys are still being moved into it.
     state: AtomicU64,
-    /// The initial level.
-    min: u32,
     /// The largest level.
     max: u32,
     /// `(new level << INDEX_BITS) | next old bucket to split`, claimed a chunk at a time;
@@ -72,6 +69,8 @@ pub(super) struct Growth {
     done: AtomicUsize,
     /// Held by the one thread starting a growth.
     growing: AtomicBool,
+    /// The creation locks (`stripe`): `2^min(max, 14)` of them.
+    locks: Box<[AtomicBool]>,
     /// Growths started, for [`Stats`](crate::Stats).
     growths: AtomicU64,
 }
@@ -80,11 +79,13 @@ impl Growth {
     pub(super) fn new(min: u32, max: u32) -> Growth {
         Growth {
             state: AtomicU64::new(((1 << min) - 1) << 1),
-            min,
             max,
             next: AtomicU64::new(NOT_READY),
             done: AtomicUsize::new(0),
             growing: AtomicBool::new(false),
+            locks: (0..1u64 << max.min(MAX_STRIPE_LEVEL))
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             growths: AtomicU64::new(0),
         }
     }
@@ -103,11 +104,24 @@ impl Growth {
         (self.mask_in_use() + 1) as usize
     }
 
-    /// The bucket whose lock is `fp`'s creation lock: its first bucket at the initial level,
-    /// or at level 12 if that is lower: the same at every level.
-    pub(super) fn stripe(&self, fp: u64) -> usize {
-        let stripes = (1u64 << self.min.min(MAX_STRIPE_LEVEL)) - 1;
-        ((fp >> FIRST_SHIFT) & stripes) as usize
+    /// `fp`'s creation lock, the same at every level: one of `locks`, chosen by the bits that
+    /// choose its first bucket.
+    ///
+    /// The table's own array, sized for its largest level (a lock per bucket up to 16,384),
+    /// not the locks of the buckets in use: when a table started at 1,024 keys used the locks
+    /// of its 256 initial buckets for its whole life, at a million keys its creators, and the
+    /// moves they carry while it grows, queued behind one another's locks, and with 64 threads
+    /// on 2 cores behind preempted holders. `cargo bench --bench creation_tail` (64 threads, a
+    /// table growing from 1,024 to 1.3 M keys): a creation's p99.9 went from milliseconds to
+    /// microseconds (`docs/DESIGN.md`, "Creating keys under oversubscription"), for 16 KiB.
+    pub(super) fn stripe(&self, fp: u64) -> &AtomicBool {
+        let stripes = self.locks.len() as u64 - 1;
+        &self.locks[((fp >> FIRST_SHIFT) & stripes) as usize]
+    }
+
+    /// Bytes of the creation locks.
+    pub(super) fn locks_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.locks)
     }
 
     /// Growths started so far.
@@ -236,11 +250,11 @@ impl Table {
             // that read the old one is still placing.
             g.state
                 .store((((mask << 1) | 1) << 1) | 1, Ordering::Release);
-            for stripe in 0..=g.stripe(u64::MAX) {
+            for stripe in g.locks.iter() {
                 // Taking each lock once: a creator that read the old level under it has unlocked
                 // (Release), and our Acquire makes its binding visible here, so to every helper
                 // that Acquires `next` after our Release store below.
-                drop(lock(&self.buckets[stripe].lock));
+                drop(lock(stripe));
             }
             // Release: helpers claim chunks with an Acquire RMW of `next`, and then see every
             // binding made before the barrier, and `done` reset.

@@ -164,8 +164,9 @@ impl Table {
         self.buckets.len() * SLOTS_PER_BUCKET
     }
 
-    /// Bytes of the buckets in use, with their locks, and the counters: the table's resident
-    /// memory once every bucket in use has been touched.
+    /// Bytes of the buckets in use, with their locks, a growable table's own array of
+    /// creation locks, and the counters: the table's resident memory once every bucket in use
+    /// has been touched.
     pub(crate) fn memory_bytes(&self) -> usize {
         let locks = match &self.shape {
             Shape::Fixed { .. } => 0,

@@ -12,7 +12,8 @@
 //!   Tags are a filter only: every match is validated on the full 64-bit fingerprint.
 //! * `keys[i]` is the fingerprint bound to slot `i`, `words[i]` its packed funnel word
 //!   (`state.rs`). A hit reads its tag word, one fingerprint and its funnel word.
-//! * `lock` is the creation lock of the keys whose home this bucket is (`create.rs`).
+//! * `lock` is, in a fixed table, the creation lock of the keys whose first bucket this is
+//!   (`create.rs`); a growable table has an array of its own (`grow/`) and leaves it unused.
 //!
 //! Loom models use buckets of four slots, which keeps their state space small; the protocol
 //! does not depend on the bucket size.
@@ -33,7 +34,8 @@ pub(crate) struct Bucket {
     pub(crate) keys: [AtomicU64; SLOTS_PER_BUCKET],
     /// The packed funnel words (`state.rs`).
     pub(crate) words: [AtomicU64; SLOTS_PER_BUCKET],
-    /// Creation lock of the keys whose home bucket this is.
+    /// In a fixed table, the creation lock of the keys whose first bucket this is (a growable
+    /// table locks through its own array, `Growth::stripe`).
     pub(crate) lock: AtomicBool,
 }
 

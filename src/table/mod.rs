@@ -131,8 +131,10 @@ impl Table {
         let level = |keys: usize| keys.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().ilog2();
         let (min, max) = (level(initial), level(max));
         let buckets = allocate(1 << max)?;
-        // The initial size is in use from the start: touch it now, as a fixed table's (the
-        // rest is touched as the table grows into it, by the creations that move keys there).
+        // The initial size is in use from the start: touch it now, as a fixed table's, so its
+        // first-touch page faults happen here and not in requests (the rest is touched as the
+        // table grows into it, by the creations that move keys there). The byte written is the
+        // bucket's lock, unused in a growable table (`Growth::stripe`): only the touch matters.
         for bucket in &buckets[..1 << min] {
             // Relaxed: as in `with_capacity`.
             bucket.lock.store(false, crate::sync::Ordering::Relaxed);

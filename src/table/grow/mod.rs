@@ -600,3 +600,26 @@ fn has_chunk(claim: u64) -> bool {
 fn level_of(mask: u64) -> u32 {
     (mask + 1).trailing_zeros()
 }
+
+#[cfg(all(test, not(funnel_loom)))]
+mod tests {
+    use super::*;
+
+    /// The creation locks are sized by the largest level, capped at 2^14, never by the
+    /// initial one: a table started small keeps few locks otherwise (`Growth::stripe`).
+    #[test]
+    fn a_growable_table_has_a_lock_per_bucket_of_its_largest_size_up_to_16_384() {
+        assert_eq!(Growth::new(8, 21).locks.len(), 1 << 14);
+        assert_eq!(Growth::new(8, 11).locks.len(), 1 << 11);
+        assert_eq!(Growth::new(0, 0).locks.len(), 1);
+        let g = Growth::new(8, 21);
+        assert_eq!(g.locks_bytes(), 16 << 10);
+        // Keys differing only above the lock bits share a lock; below them, they do not.
+        let fp = 0xABCD_EF01_2345_6789;
+        assert!(std::ptr::eq(g.stripe(fp), g.stripe(fp ^ (1 << 40))));
+        assert!(!std::ptr::eq(
+            g.stripe(fp),
+            g.stripe(fp ^ (1 << FIRST_SHIFT))
+        ));
+    }
+}

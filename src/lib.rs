@@ -58,6 +58,7 @@ mod decision;
 mod error;
 mod funnel;
 mod gcra;
+mod hasher;
 mod limiter;
 mod meter;
 mod quota;

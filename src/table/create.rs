@@ -3,7 +3,8 @@
 //! growth), reserves it, and binds the key (`docs/DESIGN.md`, "The slot protocol"). A move
 //! while the table grows (`grow.rs`) places its key with the same victim choice.
 
-use super::bucket::{tag_of, Bucket, SLOTS_PER_BUCKET};
+use super::bucket::{Bucket, SLOTS_PER_BUCKET};
+use super::tags::tag_of;
 use super::{grow, Home, Table};
 use crate::meter::Meter;
 use crate::state::{self, SlotState};

@@ -2,8 +2,9 @@
 //! no key bound twice, every key in one of its candidate buckets with its own tag, the key
 //! counter equal to the bound slots.
 
-use super::bucket::{tag_of, SLOTS_PER_BUCKET};
+use super::bucket::SLOTS_PER_BUCKET;
 use super::grow::{tombstone_gen, FIRST_FP};
+use super::tags::tag_of;
 use super::Table;
 use crate::state::{self, SlotState};
 use crate::sync::Ordering;

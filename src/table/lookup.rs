@@ -3,7 +3,8 @@
 //! slot of the buckets where the key may be, including, while the table grows, the buckets it
 //! had before, and completing a move that another thread left half done.
 
-use super::bucket::{candidates, Bucket};
+use super::bucket::Bucket;
+use super::tags::{candidates, slot_of};
 use super::{prefetch, Home, Table};
 use crate::state::{self, SlotState};
 use crate::sync::Ordering;
@@ -60,15 +61,14 @@ impl Table {
         );
         while slots != 0 {
             let bit = slots.trailing_zeros();
-            slots &= slots - 1;
-            // Bit 8i + 7: slot i of the first bucket; bit 8i + 3: of the second.
-            let bucket = if bit & 4 != 0 { first } else { second };
-            let slot = (bit >> 3) as usize;
+            let (in_second, slot) = slot_of(bit);
+            let bucket = if in_second { second } else { first };
             if let Some(word) = validate(bucket, slot, home.fp) {
                 if state::is_live(word) {
                     return Some(Found { bucket, slot, word });
                 }
             }
+            slots &= slots - 1;
         }
         None
     }
@@ -107,8 +107,9 @@ impl Table {
                 while slots != 0 {
                     let bit = slots.trailing_zeros();
                     slots &= slots - 1;
-                    let bucket = if bit & 4 != 0 { first } else { second };
-                    match examine(bucket, (bit >> 3) as usize, fp) {
+                    let (in_second, slot) = slot_of(bit);
+                    let bucket = if in_second { second } else { first };
+                    match examine(bucket, slot, fp) {
                         Seen::Live(found) => return Some(found),
                         Seen::Pending(target) => pending = Some(target),
                         // Acquire (the word load in `validate`): a sealed source shows us its

@@ -19,12 +19,13 @@
 //!   allocation reserved at the maximum size, moving the keys whose buckets change while
 //!   updates go on (`grow.rs`).
 //!
-//! Modules, one job each: `bucket.rs` (layout, tags, the SWAR match, the zeroed allocation),
-//! `lookup.rs` (finding and validating a key's slot, prefetching), `update.rs` (deciding and
-//! updating a present key, falling back to creation), `create.rs` (the creation lock, victim
-//! choice, [`WhenFull`]), `grow.rs` (levels, the move of a key, migration), `stats.rs` (striped
-//! counters, [`Stats`]), `invariants.rs` (the checker tests and fuzzing run), `prefetch.rs` (the
-//! prefetch hint), and `loom.rs` (the slot protocol's loom models).
+//! Modules, one job each: `bucket.rs` (layout, setting a tag, the zeroed allocation), `tags.rs`
+//! (tags and their match over both buckets), `lookup.rs` (finding and validating a key's slot,
+//! prefetching), `update.rs` (deciding and updating a present key, falling back to creation),
+//! `create.rs` (the creation lock, victim choice, [`WhenFull`]), `grow.rs` (levels, the move of a
+//! key, migration), `stats.rs` (striped counters, [`Stats`]), `invariants.rs` (the checker tests
+//! and fuzzing run), `prefetch.rs` (the prefetch hint), and `loom.rs` (the slot protocol's loom
+//! models).
 
 mod bucket;
 mod create;
@@ -33,6 +34,7 @@ mod invariants;
 mod lookup;
 mod prefetch;
 mod stats;
+mod tags;
 mod update;
 
 #[cfg(all(test, funnel_loom))]
@@ -42,11 +44,12 @@ use crate::error::Error;
 use crate::sync::AtomicBool;
 
 pub(crate) use bucket::SLOTS_PER_BUCKET;
-use bucket::{empty_buckets, tag_of, Bucket};
+use bucket::{empty_buckets, Bucket};
 pub use create::WhenFull;
 use grow::Growth;
 pub use stats::Stats;
 use stats::{StatShard, STAT_SHARDS};
+use tags::tag_of;
 pub(crate) use update::Updated;
 
 /// The largest capacity accepted, in keys: a table of at most 2^40 slots (16 TiB).

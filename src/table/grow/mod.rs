@@ -27,9 +27,10 @@
 #[cfg(all(test, funnel_loom))]
 mod loom;
 
-use super::bucket::{tag_of, SLOTS_PER_BUCKET};
+use super::bucket::SLOTS_PER_BUCKET;
 use super::create::{lock, try_lock, BindAs, Placement};
 use super::lookup::{complete, Found};
+use super::tags::tag_of;
 use super::{Home, Shape, Table};
 use crate::meter::Meter;
 use crate::state::{self, SlotState};

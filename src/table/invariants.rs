@@ -1,6 +1,6 @@
 //! The table's invariants, checked at rest by tests and fuzzing: no slot being bound or moved,
-//! no key bound twice, every key in one of its candidate buckets with its own tag, the key
-//! counter equal to the bound slots.
+//! no key bound twice, every key in one of its candidate buckets with its own tag, no tag byte
+//! beyond a bucket's slots, the key counter equal to the bound slots.
 
 use super::bucket::SLOTS_PER_BUCKET;
 use super::grow::{tombstone_gen, FIRST_FP};
@@ -22,6 +22,12 @@ impl Table {
             // Acquire: the table is at rest (caller's contract); Acquire makes the last
             // writers' stores visible even if they ran on other threads.
             let tags = bucket.tags.load(Ordering::Acquire);
+            // The SSE2 match (`tags.rs`) relies on the bytes beyond the slots staying 0.
+            if tags >> (8 * SLOTS_PER_BUCKET) != 0 {
+                return Err(format!(
+                    "bucket {b}'s tag word {tags:#x} has bytes beyond its slots"
+                ));
+            }
             for i in 0..SLOTS_PER_BUCKET {
                 let word = bucket.words[i].load(Ordering::Acquire);
                 let key = bucket.keys[i].load(Ordering::Acquire);

@@ -54,6 +54,20 @@ impl LastByte {
     }
 }
 
+/// The fixed-size writes: whatever came before goes to ahash first (`flush`), then the value,
+/// through ahash's own method for its size (the `Hasher` defaults would go through `write`).
+macro_rules! forward_to_ahash {
+    ($($method:ident: $ty:ty),*) => {
+        $(
+            #[inline(always)]
+            fn $method(&mut self, i: $ty) {
+                self.flush();
+                self.inner.$method(i);
+            }
+        )*
+    };
+}
+
 impl Hasher for LastByte {
     #[inline(always)]
     fn finish(&self) -> u64 {
@@ -72,35 +86,13 @@ impl Hasher for LastByte {
         self.last = 0x100 | u64::from(i);
     }
 
-    #[inline(always)]
-    fn write_u16(&mut self, i: u16) {
-        self.flush();
-        self.inner.write_u16(i);
-    }
-
-    #[inline(always)]
-    fn write_u32(&mut self, i: u32) {
-        self.flush();
-        self.inner.write_u32(i);
-    }
-
-    #[inline(always)]
-    fn write_u64(&mut self, i: u64) {
-        self.flush();
-        self.inner.write_u64(i);
-    }
-
-    #[inline(always)]
-    fn write_u128(&mut self, i: u128) {
-        self.flush();
-        self.inner.write_u128(i);
-    }
-
-    #[inline(always)]
-    fn write_usize(&mut self, i: usize) {
-        self.flush();
-        self.inner.write_usize(i);
-    }
+    forward_to_ahash!(
+        write_u16: u16,
+        write_u32: u32,
+        write_u64: u64,
+        write_u128: u128,
+        write_usize: usize
+    );
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@
 //! rounds) is the cost of one decision (caller-supplied time, so no clock read is counted).
 //! `funnel` runs the single-key `Funnel` for comparison; `batch` runs `u64` keys through
 //! `check_batch_at`, 32 keys a call (its time line is then per call: divide by 32);
-//! `u64clock` runs `u64` keys through `check`, which reads the limiter's default clock (a TSC
-//! read through quanta) on every decision. The time printed is wall time, which only means
+//! `u64clock` runs `u64` keys through `check`, which reads the limiter's default clock (the
+//! TSC, read inline and scaled with quanta's calibration) on every decision. The time printed is wall time, which only means
 //! something on an idle machine; the instruction counts mean something anywhere.
 
 use std::hint::black_box;

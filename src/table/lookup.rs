@@ -52,7 +52,7 @@ impl Table {
         // Off x86_64 no hint (`prefetch::hint` says why).
         prefetch::hint(&first.words[0]);
         prefetch::hint(&second.words[0]);
-        // Relaxed: tags are a filter (`bucket.rs`); every candidate is validated below, and a
+        // Relaxed: tags are a filter (`tags.rs`); every candidate is validated below, and a
         // stale miss only sends us to the slow path, which reads every slot of the buckets.
         let mut slots = candidates(
             first.tags.load(Ordering::Relaxed),

@@ -50,7 +50,7 @@ struct Args {
     /// Output directory.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Clock policy for workloads 1-5 (real: every limiter reads a TSC clock through quanta;
+    /// Clock policy for workloads 1-5 (real: every limiter reads the TSC, calibrated by quanta;
     /// manual: every limiter reads a frozen shared counter). The attack mix always replays
     /// trace times.
     #[arg(long, value_enum, default_value_t = ClockPolicy::Real)]

@@ -302,9 +302,9 @@ pub fn nz(n: u32) -> NonZeroU32 {
 /// The clock every limiter reads in workloads 1–5.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClockPolicy {
-    /// Each limiter reads a real TSC clock through quanta on every decision: funnel's default
-    /// `QuantaClock`, governor's default `QuantaClock`, and funnel's `QuantaClock` for the
-    /// Mutex<HashMap> funnel.
+    /// Each limiter reads the TSC, calibrated by quanta, on every decision: funnel's default
+    /// `QuantaClock` (which reads it inline), governor's default `QuantaClock` (through quanta),
+    /// and funnel's `QuantaClock` for the Mutex<HashMap> funnel.
     Real,
     /// Each limiter reads a shared frozen counter (one relaxed atomic load): funnel's
     /// `ManualClock`, governor's `FakeRelativeClock`, a `ManualClock` for the Mutex<HashMap>.
@@ -322,9 +322,9 @@ impl ClockPolicy {
     pub fn describe(self) -> &'static str {
         match self {
             ClockPolicy::Real => {
-                "real clock for all: every decision reads a TSC clock through quanta 0.12 \
-                 (funnel's default QuantaClock, governor's default QuantaClock, funnel's \
-                 QuantaClock passed to the Mutex<HashMap> funnel)"
+                "real clock for all: every decision reads the TSC, calibrated by quanta 0.12 \
+                 (funnel's default QuantaClock, which reads it inline, governor's default \
+                 QuantaClock, funnel's QuantaClock passed to the Mutex<HashMap> funnel)"
             }
             ClockPolicy::Manual => {
                 "manual clock for all: every decision reads one frozen shared counter \

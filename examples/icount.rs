@@ -10,13 +10,18 @@
 //! (The exact name, not `decide_all*`: that pattern also matches `decide_all_stream`, which
 //! calls `decide_all`, and the second toggle would switch collection off again.)
 //!
+//! Environment: `ICOUNT_ZIPF=<s>` draws the keys from a Zipf distribution with exponent `s`
+//! (`0 < s < 1`) instead of uniformly; `ICOUNT_CAPACITY=<slots>` sizes the table (default 1.5x
+//! the keys); `ICOUNT_CHUNK=<keys>` sets the `batch` mode's keys per call (default 32).
+//!
 //! The collected total divided by `max(keys, 2^20) * rounds` (the stream length times the
 //! rounds) is the cost of one decision (caller-supplied time, so no clock read is counted).
 //! `funnel` runs the single-key `Funnel` for comparison; `batch` runs `u64` keys through
-//! `check_batch_at`, 32 keys a call (its time line is then per call: divide by 32);
-//! `u64clock` runs `u64` keys through `check`, which reads the limiter's default clock (the
-//! TSC, read inline and scaled with quanta's calibration) on every decision. The time printed is wall time, which only means
-//! something on an idle machine; the instruction counts mean something anywhere.
+//! `check_batch_at`, `ICOUNT_CHUNK` keys a call (its time line is then per call: divide by
+//! the keys a call); `u64clock` runs `u64` keys through `check`, which reads the limiter's
+//! default clock (the TSC, read inline and scaled with quanta's calibration) on every
+//! decision. The time printed is wall time, which only means something on an idle machine;
+//! the instruction counts mean something anywhere.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -46,12 +51,17 @@ fn decide_all_stream<F: Fn(usize) -> bool>(len: usize, rounds: usize, f: F) -> u
     decide_all(&positions, rounds, f)
 }
 
-/// `max(n, 2^20)` keys drawn uniformly from `0..n`: long enough that a branch predictor
-/// cannot learn the sequence by heart (a 1,000-key order repeated every round would let it).
-fn random_order(n: usize) -> Vec<u32> {
+/// `max(n, 2^20)` keys drawn from `0..n`: long enough that a branch predictor cannot learn the
+/// sequence by heart (a 1,000-key order repeated every round would let it). Uniform, or Zipf
+/// with exponent `zipf` (key index = rank, as in the comparison harness's `zipf-1M`).
+fn random_order(n: usize, zipf: Option<f64>) -> Vec<u32> {
     let mut rng = funnel_testkit::Rng::new(0x2545_F491_4F6C_DD1D);
+    let zipf = zipf.map(|s| funnel_testkit::Zipf::new(n as u64, s));
     (0..n.max(1 << 20))
-        .map(|_| rng.below(n as u64) as u32)
+        .map(|_| match &zipf {
+            Some(z) => z.sample(&mut rng) as u32,
+            None => rng.below(n as u64) as u32,
+        })
         .collect()
 }
 
@@ -77,7 +87,12 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(n * 3 / 2);
-    let order = random_order(n);
+    // Keys drawn uniformly unless ICOUNT_ZIPF gives a Zipf exponent (0 < s < 1; the harness's
+    // `zipf-1M` is `ICOUNT_ZIPF=0.99` with 1,000,000 keys).
+    let zipf = std::env::var("ICOUNT_ZIPF")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let order = random_order(n, zipf);
     let allowed = match kind {
         "str" => {
             let skeys: Vec<String> = keys.iter().map(|k| format!("user:{k}")).collect();
@@ -93,7 +108,7 @@ fn main() {
             })
         }
         "batch" => {
-            // u64 keys through `check_batch_at`, 32 keys a call.
+            // u64 keys through `check_batch_at`, ICOUNT_CHUNK keys a call (default 32).
             let l = Limiter::<u64>::builder(quota)
                 .capacity(capacity)
                 .build()
@@ -102,7 +117,11 @@ fn main() {
                 l.check_at(k, now);
             }
             let stream: Vec<u64> = order.iter().map(|&i| keys[i as usize]).collect();
-            let chunks: Vec<&[u64]> = stream.chunks(32).collect();
+            let chunk: usize = std::env::var("ICOUNT_CHUNK")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(32);
+            let chunks: Vec<&[u64]> = stream.chunks(chunk).collect();
             let out = std::cell::RefCell::new(Vec::with_capacity(32));
             let allowed = std::cell::Cell::new(0);
             decide_all_stream(chunks.len(), rounds, |j| {

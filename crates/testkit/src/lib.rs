@@ -13,6 +13,7 @@
 //!   funnel-redis's tests;
 //! * [`tower`] (feature `tower`): funnel-tower's HTTP test support: a loopback server around a
 //!   layer, a client, and the RateLimit header fields parsed;
+//! * [`zipf`]: the Zipf sampler (YCSB's) of the harness's and `icount`'s Zipf key streams;
 //! * [`workload`] (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
 //! Not published; not part of the library.
@@ -31,5 +32,7 @@ pub mod rng;
 pub mod tower;
 #[cfg(feature = "bench")]
 pub mod workload;
+pub mod zipf;
 
 pub use rng::{mix, Rng};
+pub use zipf::Zipf;

@@ -9,7 +9,9 @@
 //! * `fill` puts keys that all stay in debt into a table of two-choice buckets (each key to
 //!   the candidate with more free slots, the first on a tie, as funnel places them) until one
 //!   finds both candidates full, and prints the share of slots then in use, for buckets of 4,
-//!   7 and 8 slots, and for funnel's own table (its first forced eviction).
+//!   7 and 8 slots; then the same for funnel's own table, whose creators also take a cuckoo
+//!   step before they evict (its first forced eviction); then forced evictions and moves when
+//!   a million or ten million keys in debt enter funnel tables 1.15-1.25 times their number.
 //! * `probe` times bare lookups (hash, match, validation; `allow` adds the CAS that writes the
 //!   funnel) on two layouts holding the same keys: `two-line/7`, funnel's (a tag word and seven
 //!   fingerprints in one line, seven funnel words in the next, both candidates' tag words
@@ -97,7 +99,8 @@ fn fill() {
         }
         println!("{line}");
     }
-    let mut line = "funnel's table:".to_string();
+    println!("funnel's table (its first forced eviction; it takes one cuckoo step before one):");
+    let mut line = "buckets of 7:".to_string();
     for kib in [16, 64, 256] {
         // Capacities a little apart, since one capacity is one table.
         let shares: Vec<f64> = (0..5)
@@ -107,6 +110,28 @@ fn fill() {
         line += &format!("  {kib} Ki slots {:.0}-{:.0}%", lo * 100.0, hi * 100.0);
     }
     println!("{line}");
+    println!("funnel's table holding keys that are all in debt, sized at a multiple of them:");
+    for keys in [1_000_000, 10_000_000] {
+        for times in [1.15, 1.2, 1.25] {
+            let (forced, moved) = funnel_sized(keys, times);
+            println!("  {keys} keys in {times} x as many slots: {forced} forced evictions, {moved} keys moved");
+        }
+    }
+}
+
+/// Forced evictions and cuckoo moves while `keys` keys, each kept in debt, enter a table of
+/// `times` as many slots.
+fn funnel_sized(keys: u64, times: f64) -> (u64, u64) {
+    let limiter = Limiter::<u64>::builder(Quota::per_hour(1).expect("a valid quota"))
+        .capacity((keys as f64 * times) as usize)
+        .clock(ManualClock::new())
+        .build()
+        .expect("a valid capacity");
+    for k in 0..keys {
+        limiter.check(&k);
+    }
+    let stats = limiter.stats();
+    (stats.forced_evictions, stats.moved_keys)
 }
 
 fn min_max(xs: &[f64]) -> (f64, f64) {

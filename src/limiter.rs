@@ -482,10 +482,11 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// default: [`DEFAULT_CAPACITY`]); with it, this is the size the table starts at (the
     /// default: 1,024 keys).
     ///
-    /// Sizing a fixed table: about 1.6× the keys you expect to be in debt at the same moment.
-    /// Keys whose funnel has recovered need no slot, but a new key has only 14 candidate
-    /// slots, and the table starts evicting (or applies [`WhenFull`]) once about 70% of its
-    /// slots hold funnels in debt (`docs/DESIGN.md`, "Two-choice placement").
+    /// Sizing a fixed table: about 1.25× the keys you expect to be in debt at the same
+    /// moment. Keys whose funnel has recovered need no slot, but a new key has only 14
+    /// candidate slots: when they are all in debt it moves one of their keys to that key's
+    /// other bucket, and the table starts evicting (or applies [`WhenFull`]) once about 90% of
+    /// its slots hold funnels in debt (`docs/DESIGN.md`, "Two-choice placement").
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = Some(keys);
         self

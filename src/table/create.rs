@@ -124,10 +124,21 @@ impl Table {
             }
             // The level is read under the lock: a growth that starts later waits for our unlock
             // before moving anything (`grow.rs`, the barrier), so it sees what we bind.
-            let (home, _) = self.homes(fp);
+            let (home, from) = self.homes(fp);
             let victim = match self.place(&home, now, quota) {
                 Placement::Free(victim) => victim,
                 Placement::Full(least, expiry) => {
+                    // Both candidate buckets are full of funnels in debt. First try to make room
+                    // by moving one of their keys to its other candidate bucket (one cuckoo
+                    // step, `cuckoo.rs`), which evicts nobody and grows nothing, then look
+                    // again. Not while the table moves keys between levels: the migration
+                    // makes room its own way.
+                    if from.is_none()
+                        && self.worth_a_cuckoo_step(fp)
+                        && self.make_room_for(fp, now, quota)
+                    {
+                        continue;
+                    }
                     if self.can_grow() {
                         // A table that can still grow never evicts a key in debt: make room
                         // (or wait for the growth under way) and look again. Growing takes

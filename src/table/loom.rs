@@ -548,3 +548,83 @@ fn a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets() {
         );
     });
 }
+
+/// Hashes for the cuckoo models, in a fixed table of three buckets: `CUCKOO_KEY` and the
+/// fillers have candidates 0 and 1 (top bits choose the first bucket, bits 31-0 the second),
+/// `CUCKOO_MOVED` buckets 0 and 2. Their low bytes, the tags, all differ.
+const CUCKOO_KEY: u64 = 0x1000_0000_8000_00A1;
+const CUCKOO_MOVED: u64 = 0x1000_0000_F000_00B1;
+const CUCKOO_FILLERS: [u64; 7] = [
+    0x1000_0000_8000_0011,
+    0x1000_0000_8000_0012,
+    0x1000_0000_8000_0013,
+    0x1000_0000_8000_0014,
+    0x1000_0000_8000_0015,
+    0x1000_0000_8000_0016,
+    0x1000_0000_8000_0017,
+];
+
+/// Three buckets, the first two full of funnels in debt: `CUCKOO_MOVED` (arrival time
+/// `moved_tat`) and three fillers in bucket 0, four fillers in bucket 1 (arrival time 100), so
+/// a creator of `CUCKOO_KEY` finds both its candidates full and can make room only by moving
+/// `CUCKOO_MOVED` to bucket 2 (`cuckoo.rs`).
+fn cuckoo_table(moved_tat: u64) -> Arc<Table> {
+    let table = table(3);
+    bind(&table, CUCKOO_MOVED, moved_tat);
+    for filler in CUCKOO_FILLERS {
+        bind(&table, filler, 100);
+    }
+    let home = table.home(CUCKOO_KEY);
+    assert_eq!((home.first, home.second), (0, 1));
+    assert_eq!(table.stats().keys, 8);
+    table
+}
+
+#[test]
+fn a_cuckoo_move_racing_an_update_of_the_moved_key_charges_it_exactly_once() {
+    model(|| {
+        let table = cuckoo_table(10);
+        let q = quota(4, 10);
+        let updater = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(CUCKOO_MOVED), 5, &q, 1))
+        };
+        // This thread creates CUCKOO_KEY, which moves CUCKOO_MOVED out of its way.
+        let d = table.decide(&table.home(CUCKOO_KEY), 5, &q, 1);
+        assert_eq!(d.outcome(), Outcome::Allowed);
+        assert_eq!(updater.join().unwrap().outcome(), Outcome::Allowed);
+        assert_eq!(
+            tat_of(&table, CUCKOO_MOVED),
+            Some(20),
+            "the moved key's charge was lost or doubled"
+        );
+        assert_eq!(tat_of(&table, CUCKOO_KEY), Some(15));
+        let stats = table.stats();
+        assert_eq!(
+            (stats.forced_evictions, stats.moved_keys, stats.keys),
+            (0, 1, 9),
+            "{stats:?}"
+        );
+        table.check_invariants().unwrap();
+    });
+}
+
+#[test]
+fn a_denial_racing_a_cuckoo_move_of_its_key_is_decided_on_its_own_debt() {
+    model(|| {
+        let table = cuckoo_table(100); // at now 5, limit 4 and T 10: every request is refused
+        let q = quota(4, 10);
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(CUCKOO_MOVED), 5, &q, 1))
+        };
+        assert!(table.decide(&table.home(CUCKOO_KEY), 5, &q, 1).is_allowed());
+        let d = reader.join().unwrap();
+        // Refused, with the retry its debt says: 100 + 10 - 40 - 5.
+        assert_eq!(d.outcome(), Outcome::Limited, "{d:?}");
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(65)));
+        assert_eq!(tat_of(&table, CUCKOO_MOVED), Some(100));
+        assert_eq!(table.stats().forced_evictions, 0);
+        table.check_invariants().unwrap();
+    });
+}

@@ -29,6 +29,7 @@
 
 mod bucket;
 mod create;
+mod cuckoo;
 mod grow;
 mod invariants;
 mod lookup;

@@ -38,7 +38,9 @@ pub struct Stats {
     pub admitted_untracked: u64,
     /// Times a growable table doubled (0 for a fixed table).
     pub growths: u64,
-    /// Keys moved to their bucket of a larger size while the table grew.
+    /// Keys moved to another of their candidate buckets: to make room for a new key when both
+    /// of its candidates were full (one cuckoo step, in any table), or to their bucket of a
+    /// larger size while the table grew.
     pub moved_keys: u64,
     /// Keys whose funnel had recovered when the table grew: dropped instead of moved, as an
     /// absent key is the same as a recovered one.
@@ -61,6 +63,15 @@ pub(super) struct StatShard {
     pub(super) dropped: StatCounter,
 }
 
+impl StatShard {
+    /// Slots this stripe counts as holding a key (a snapshot).
+    pub(super) fn keys_held(&self) -> u64 {
+        // Relaxed: a statistic.
+        let bound = self.bound.load(Ordering::Relaxed);
+        bound.saturating_sub(self.vacated.load(Ordering::Relaxed))
+    }
+}
+
 /// Stripes of counters; a creator of key `fp` counts in stripe `(fp >> 8) % STAT_SHARDS`.
 pub(super) const STAT_SHARDS: usize = 16;
 
@@ -68,6 +79,19 @@ impl Table {
     /// The stripe a creator (or mover) of the key `fp` counts in.
     pub(super) fn shard(&self, fp: u64) -> &StatShard {
         &self.stats[(fp >> 8) as usize % STAT_SHARDS]
+    }
+
+    /// Slots holding a key, summed over the shards (a snapshot, as `stats`).
+    pub(super) fn keys_held(&self) -> u64 {
+        // Relaxed: a snapshot of statistics; see `Stats`.
+        let sum = |f: fn(&StatShard) -> &StatCounter| -> u64 {
+            self.stats
+                .iter()
+                .map(|s| f(s).load(Ordering::Relaxed))
+                .sum()
+        };
+        // Vacated never outruns bound in one snapshot by more than the moves in flight.
+        sum(|s| &s.bound).saturating_sub(sum(|s| &s.vacated))
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -78,10 +102,8 @@ impl Table {
                 .map(|s| f(s).load(Ordering::Relaxed))
                 .sum()
         };
-        // Vacated never outruns bound in one snapshot by more than the moves in flight.
-        let held = sum(|s| &s.bound).saturating_sub(sum(|s| &s.vacated));
         Stats {
-            keys: usize::try_from(held).unwrap_or(usize::MAX),
+            keys: usize::try_from(self.keys_held()).unwrap_or(usize::MAX),
             recovered_evictions: sum(|s| &s.recovered),
             forced_evictions: sum(|s| &s.forced),
             turned_away: sum(|s| &s.turned_away),

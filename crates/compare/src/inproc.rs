@@ -30,13 +30,14 @@ pub struct Workload {
     pub string_keys: bool,
 }
 
-/// funnel's capacity for a key space of `n`: 1.6 n slots (at least 1,024), the sizing
+/// funnel's capacity for a key space of `n`: 1.25 n slots (at least 1,024), the sizing
 /// `docs/DESIGN.md` recommends for keys in debt at once, so every key fits when all are in
-/// debt (at 1.5 n a million keys in debt left 1 to 3 of them without a free candidate).
-/// Earlier runs rounded up to the next power of two, up to 2.1 n: at a million keys that
-/// table (38 MB) no longer fit this VM's 32 MB L3, and cost funnel speed, not only memory.
+/// debt (with the cuckoo step, a table first evicts a key in debt at 89-93% of its slots).
+/// Before the cuckoo step runs used 1.6 n (two-choice placement alone first evicted at about
+/// 70%), and before that the next power of two, up to 2.1 n: at a million keys that table
+/// (38 MB) no longer fit this VM's 32 MB L3, and cost funnel speed, not only memory.
 pub fn capacity_for(n: u64) -> usize {
-    ((n as usize).saturating_mul(8) / 5).max(1024)
+    ((n as usize).saturating_mul(5) / 4).max(1024)
 }
 
 /// funnel's table in the churn workload: the default capacity, 65,536 keys in 1 MiB.

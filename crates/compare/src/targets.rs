@@ -254,7 +254,7 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
                 met: Some(s.bytes_per_key <= g.bytes_per_key / 4.0),
             });
             out.push(Target {
-                what: format!("{what}: per key held, at the harness's sizing (1.6 slots a key)"),
+                what: format!("{what}: per key held, at the harness's sizing (1.25 slots a key)"),
                 figures: format!(
                     "{} keys in {} slots: {:.1} B/key = {:.2} × governor String's (a quarter needs the table ≥ {:.0}% full)",
                     fmt_int(h.keys),

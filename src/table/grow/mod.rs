@@ -357,7 +357,7 @@ impl Table {
     /// False when nothing moved: the source no longer held the key (evicted by a creator of
     /// another key), or, unless `mode` is [`Mode::Migrate`], no free target slot was there.
     #[allow(clippy::too_many_arguments)] // the move's source, target and who moves: one call site each
-    fn relocate<Q: Meter>(
+    pub(super) fn relocate<Q: Meter>(
         &self,
         fp: u64,
         b: usize,
@@ -462,7 +462,7 @@ impl Table {
                 (Placement::Full(least, _), Mode::Migrate) => {
                     if !tried {
                         tried = true;
-                        if self.make_room_for(home, now, quota) {
+                        if self.make_room_for(home.fp, now, quota) {
                             continue;
                         }
                     }
@@ -483,52 +483,6 @@ impl Table {
                 });
             }
         }
-    }
-
-    /// Frees a slot in one of `home`'s buckets (both full of funnels in debt) by moving one of
-    /// their keys to its other candidate bucket at the level in use, if that one has a free
-    /// slot: one cuckoo step. Keys moved into a new bucket fill it before the old buckets they
-    /// could also use have been split (those still hold the keys leaving them, and look full),
-    /// so a later mover can find both its buckets full of keys that each have room elsewhere.
-    /// The key moved needs its own creation lock: taken only if free (the caller holds one
-    /// lock already), or already held when it shares the caller's. True when a slot was freed.
-    fn make_room_for<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> bool {
-        let mask = self.growth().map_or(0, Growth::mask_in_use);
-        let held = self.stripe(home.fp) as *const AtomicBool;
-        for c in home.buckets() {
-            let bucket = &self.buckets[c];
-            for slot in 0..SLOTS_PER_BUCKET {
-                // Acquire, both: as a reader's; `relocate` validates again.
-                let fp = bucket.keys[slot].load(Ordering::Acquire);
-                if fp < FIRST_FP || !state::is_live(bucket.words[slot].load(Ordering::Acquire)) {
-                    continue;
-                }
-                let (first, second) = candidates(fp, mask);
-                let other = if first == c { second } else { first };
-                if other == c || !has_free_slot(self, other, now, quota) {
-                    continue;
-                }
-                let stripe = self.stripe(fp);
-                let _lock = if std::ptr::eq(stripe, held) {
-                    None // ours already
-                } else {
-                    match try_lock(stripe) {
-                        Some(lock) => Some(lock),
-                        None => continue,
-                    }
-                };
-                let to = Home {
-                    fp,
-                    tag: tag_of(fp),
-                    first: other,
-                    second: other,
-                };
-                if self.relocate(fp, c, slot, &to, now, quota, Mode::Cuckoo) {
-                    return true;
-                }
-            }
-        }
-        false
     }
 }
 
@@ -558,26 +512,15 @@ impl Table {
 
 /// Who moves a key, which decides what a move may do when its target buckets are full.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     /// A migration's split (a creator's help, holding the key's lock by waiting for it): must
     /// move the key, so may make room, wait, and as a last resort evict.
     Migrate,
     /// A request moving its own key out of the old level (holding the key's lock only if it
     /// was free): moves it if a slot is free, else leaves it for the migration.
     Nudge,
-    /// One cuckoo step of a migration's move (`make_room_for`): into a free slot only.
+    /// One cuckoo step (`cuckoo.rs`), a creator's or a migration's: into a free slot only.
     Cuckoo,
-}
-
-/// Whether bucket `b` has a slot a creator could take at `now` (EMPTY, dead, or recovered).
-fn has_free_slot<Q: Meter>(table: &Table, b: usize, now: u64, quota: &Q) -> bool {
-    let home = Home {
-        fp: FIRST_FP,
-        tag: 0,
-        first: b,
-        second: b,
-    };
-    matches!(table.place(&home, now, quota), Placement::Free(_))
 }
 
 /// The live word of slot `slot` of `bucket` while it is bound to `fp`.

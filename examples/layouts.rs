@@ -163,6 +163,65 @@ struct OneLine {
     words: [AtomicU64; 4],
 }
 
+/// A bucket as the builds see it: its free slots, and binding a key in one of them.
+trait Slots {
+    fn free(&self) -> usize;
+    /// Binds `fp` in a free slot with funnel word 1; false when none is free.
+    fn bind(&self, fp: u64) -> bool;
+}
+
+impl Slots for TwoLine {
+    fn free(&self) -> usize {
+        free_slots(&self.keys)
+    }
+    fn bind(&self, fp: u64) -> bool {
+        let Some(i) = bind_in(&self.keys, &self.words, fp) else {
+            return false;
+        };
+        let tags = self.tags.load(Ordering::Relaxed);
+        self.tags
+            .store(tags | tag_of(fp) << (8 * i), Ordering::Relaxed);
+        true
+    }
+}
+
+impl Slots for OneLine {
+    fn free(&self) -> usize {
+        free_slots(&self.keys)
+    }
+    fn bind(&self, fp: u64) -> bool {
+        bind_in(&self.keys, &self.words, fp).is_some()
+    }
+}
+
+/// Slots whose key word is 0 (never bound).
+fn free_slots(keys: &[AtomicU64]) -> usize {
+    keys.iter()
+        .filter(|k| k.load(Ordering::Relaxed) == 0)
+        .count()
+}
+
+/// Binds `fp` with funnel word 1 in the first free slot, and says which.
+fn bind_in(keys: &[AtomicU64], words: &[AtomicU64], fp: u64) -> Option<usize> {
+    let i = keys.iter().position(|k| k.load(Ordering::Relaxed) == 0)?;
+    keys[i].store(fp, Ordering::Relaxed);
+    words[i].store(1, Ordering::Relaxed);
+    Some(i)
+}
+
+/// Two-choice placement of `fp`: the candidate with more free slots, the first on a tie; but
+/// the first whenever it has at least `keep_first` free slots.
+fn place<T: Slots>(table: &[T], fp: u64, keep_first: usize) -> bool {
+    let (a, b) = candidates(fp, table.len());
+    let (free_a, free_b) = (table[a].free(), table[b].free());
+    let to = if free_a < keep_first && free_b > free_a {
+        b
+    } else {
+        a
+    };
+    table[to].bind(fp)
+}
+
 /// A table of either layout, filled by the two-choice rule; `find` returns the funnel word of
 /// the key and its value, validated as funnel validates (key, word, key).
 trait Layout: Sync {
@@ -230,26 +289,7 @@ impl Layout for Box<[TwoLine]> {
         (0..slots.div_ceil(7)).map(|_| TwoLine::default()).collect()
     }
     fn insert(&self, fp: u64) -> bool {
-        let (a, b) = candidates(fp, self.len());
-        let free = |t: &TwoLine| {
-            (0..7)
-                .filter(|&i| t.keys[i].load(Ordering::Relaxed) == 0)
-                .count()
-        };
-        let to = &self[if free(&self[b]) > free(&self[a]) {
-            b
-        } else {
-            a
-        }];
-        let Some(i) = (0..7).find(|&i| to.keys[i].load(Ordering::Relaxed) == 0) else {
-            return false;
-        };
-        to.keys[i].store(fp, Ordering::Relaxed);
-        to.words[i].store(1, Ordering::Relaxed);
-        let tags = to.tags.load(Ordering::Relaxed);
-        to.tags
-            .store(tags | tag_of(fp) << (8 * i), Ordering::Relaxed);
-        true
+        place(self, fp, usize::MAX)
     }
     #[inline(always)]
     fn find(&self, fp: u64) -> Option<(&AtomicU64, u64)> {
@@ -288,23 +328,7 @@ impl Layout for FirstFirst {
         FirstFirst(Layout::with_slots(slots))
     }
     fn insert(&self, fp: u64) -> bool {
-        let (a, b) = candidates(fp, self.0.len());
-        let free = |t: &TwoLine| {
-            (0..7)
-                .filter(|&i| t.keys[i].load(Ordering::Relaxed) == 0)
-                .count()
-        };
-        let (fa, fb) = (free(&self.0[a]), free(&self.0[b]));
-        let to = &self.0[if fa < 3 && fb > fa { b } else { a }];
-        let Some(i) = (0..7).find(|&i| to.keys[i].load(Ordering::Relaxed) == 0) else {
-            return false;
-        };
-        to.keys[i].store(fp, Ordering::Relaxed);
-        to.words[i].store(1, Ordering::Relaxed);
-        let tags = to.tags.load(Ordering::Relaxed);
-        to.tags
-            .store(tags | tag_of(fp) << (8 * i), Ordering::Relaxed);
-        true
+        place(&self.0, fp, 3)
     }
     #[inline(always)]
     fn find(&self, fp: u64) -> Option<(&AtomicU64, u64)> {
@@ -331,23 +355,7 @@ impl Layout for Box<[OneLine]> {
         (0..slots.div_ceil(4)).map(|_| OneLine::default()).collect()
     }
     fn insert(&self, fp: u64) -> bool {
-        let (a, b) = candidates(fp, self.len());
-        let free = |t: &OneLine| {
-            (0..4)
-                .filter(|&i| t.keys[i].load(Ordering::Relaxed) == 0)
-                .count()
-        };
-        let to = &self[if free(&self[b]) > free(&self[a]) {
-            b
-        } else {
-            a
-        }];
-        let Some(i) = (0..4).find(|&i| to.keys[i].load(Ordering::Relaxed) == 0) else {
-            return false;
-        };
-        to.keys[i].store(fp, Ordering::Relaxed);
-        to.words[i].store(1, Ordering::Relaxed);
-        true
+        place(self, fp, usize::MAX)
     }
     #[inline(always)]
     fn find(&self, fp: u64) -> Option<(&AtomicU64, u64)> {

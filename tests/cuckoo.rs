@@ -63,7 +63,7 @@ fn moved_keys_keep_their_debt(seed: u64) {
     const CAPACITY: usize = 14_000;
     // Old keys first: past 70% of the slots, where new keys start finding both candidates
     // full and move old ones; new keys then take the table to 85%, short of where a cuckoo
-    // step stops finding room (88-93%), so nobody is evicted.
+    // step stops finding room (87-93%), so nobody is evicted.
     let old = (CAPACITY * 72 / 100) as u64;
     let new = (CAPACITY * 13 / 100) as u64;
     let limiter = limiter(CAPACITY, seed);

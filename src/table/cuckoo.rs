@@ -3,7 +3,7 @@
 //! finds room without evicting anybody or growing the table.
 //!
 //! Two-choice placement alone fills about 70% of the slots before some key first finds its 14
-//! candidates full; with one cuckoo step 88–93% (`examples/layouts.rs`, `fill`;
+//! candidates full; with one cuckoo step 87–93% (`examples/layouts.rs`, `fill`;
 //! docs/DESIGN.md, "The table"). The move is the growth's move (`grow::relocate`, the
 //! PENDING target, the sealed source, readers completing a move they find half done), made at
 //! the level in use: its races are argued in docs/DESIGN.md, "Growing", and checked by the
@@ -42,9 +42,9 @@ impl Table {
     /// step: the table holds keys in fewer than 95% of its slots. In a table of
     /// [`ESTIMATE_ABOVE`] slots or more that is estimated from the one stripe of counters the
     /// creator counts in anyway (creations spread evenly over the stripes, by fingerprint
-    /// bits), so a flood that keeps the table full pays two loads of a line it writes next:
-    /// summing all sixteen stripes instead cost such a flood 17% of its rate (59.0 against
-    /// 50.5 ns a new key into a full default-sized table; 54 ns with the estimate).
+    /// bits), so a flood that keeps the table full pays two loads of a line it writes next, not
+    /// 32 loads of lines other creators write (which, measured with a loop of new keys into a
+    /// full table of the default size, cost it about three times as much as the estimate).
     #[inline]
     pub(super) fn worth_a_cuckoo_step(&self, fp: u64) -> bool {
         let capacity = self.capacity() as u64;
@@ -84,14 +84,14 @@ impl Table {
             let bucket = &self.buckets[c];
             for slot in 0..SLOTS_PER_BUCKET {
                 // Acquire, both: as a reader's; `relocate` validates again.
-                let fp = bucket.keys[slot].load(Ordering::Acquire);
-                if fp < FIRST_FP
+                let resident = bucket.keys[slot].load(Ordering::Acquire);
+                if resident < FIRST_FP
                     || !crate::state::is_live(bucket.words[slot].load(Ordering::Acquire))
                 {
                     continue;
                 }
-                // The key's candidates at the level in use, in either shape of table.
-                let Home { first, second, .. } = self.home(fp);
+                // The resident's candidates at the level in use, in either shape of table.
+                let Home { first, second, .. } = self.home(resident);
                 let other = if first == c { second } else { first };
                 if other == c {
                     continue;
@@ -101,7 +101,7 @@ impl Table {
                 residents[n] = Resident {
                     bucket: c,
                     slot,
-                    fp,
+                    fp: resident,
                     other,
                 };
                 n += 1;

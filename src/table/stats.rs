@@ -81,27 +81,24 @@ impl Table {
         &self.stats[(fp >> 8) as usize % STAT_SHARDS]
     }
 
+    /// One counter summed over the shards.
+    fn sum(&self, counter: fn(&StatShard) -> &StatCounter) -> u64 {
+        // Relaxed: a snapshot of statistics; see `Stats`.
+        self.stats
+            .iter()
+            .map(|s| counter(s).load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Slots holding a key, summed over the shards (a snapshot, as `stats`).
     pub(super) fn keys_held(&self) -> u64 {
-        // Relaxed: a snapshot of statistics; see `Stats`.
-        let sum = |f: fn(&StatShard) -> &StatCounter| -> u64 {
-            self.stats
-                .iter()
-                .map(|s| f(s).load(Ordering::Relaxed))
-                .sum()
-        };
         // Vacated never outruns bound in one snapshot by more than the moves in flight.
-        sum(|s| &s.bound).saturating_sub(sum(|s| &s.vacated))
+        self.sum(|s| &s.bound)
+            .saturating_sub(self.sum(|s| &s.vacated))
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        // Relaxed: a snapshot of statistics; see `Stats`.
-        let sum = |f: fn(&StatShard) -> &StatCounter| -> u64 {
-            self.stats
-                .iter()
-                .map(|s| f(s).load(Ordering::Relaxed))
-                .sum()
-        };
+        let sum = |counter| self.sum(counter);
         Stats {
             keys: usize::try_from(self.keys_held()).unwrap_or(usize::MAX),
             recovered_evictions: sum(|s| &s.recovered),

@@ -108,6 +108,9 @@ struct Scan<'a> {
     /// there is room, and need not be created again on its next request), else the first
     /// recovered one.
     slot: Option<Victim<'a>>,
+    /// The earliest expiry among keys sealed for a move still in progress (a cuckoo step or a
+    /// migration): no slot to take, but a funnel that still counts when choosing a victim.
+    moving: Option<u64>,
 }
 
 impl Table {
@@ -212,9 +215,17 @@ impl Table {
         } else {
             first.slot
         };
+        // A key in the middle of a move that is less indebted than every live one would be the
+        // victim: wait for its move to end rather than evict a more indebted key (the victim is
+        // always the least indebted funnel, docs/DESIGN.md, "The table").
+        let moving = match (first.moving, second.moving) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (free, least) {
             (Some(victim), _) => Placement::Free(victim),
-            (None, Some((victim, tat))) => Placement::Full(victim, tat),
+            (None, Some((_, expiry))) if moving.is_some_and(|m| m < expiry) => Placement::Busy,
+            (None, Some((victim, expiry))) => Placement::Full(victim, expiry),
             (None, None) => Placement::Busy,
         }
     }
@@ -296,7 +307,7 @@ impl Table {
                         found.slot = Some(victim(0, Taken::Unbound));
                     }
                 }
-                SlotState::Moved { .. } => {
+                SlotState::Moved { tat } => {
                     // Free once its move is over: the mover then replaces the key with a
                     // tombstone carrying the binding's generation (`grow.rs`). Acquire: pairs
                     // with that Release store; the RESERVED CAS on `word` revalidates.
@@ -306,7 +317,14 @@ impl Table {
                                 found.slot = Some(victim(gen, Taken::Unbound));
                             }
                         }
-                        None => continue, // a move in progress
+                        None => {
+                            // A move in progress: the key's funnel is its sealed arrival time.
+                            let expiry = quota.expiry(tat);
+                            if found.moving.is_none_or(|e| expiry < e) {
+                                found.moving = Some(expiry);
+                            }
+                            continue;
+                        }
                     }
                 }
                 SlotState::Live { gen, tat } if quota.expiry(tat) <= now => {
@@ -399,6 +417,35 @@ mod tests {
             first,
             second,
         }
+    }
+
+    #[test]
+    fn a_key_in_the_middle_of_a_move_that_is_the_least_indebted_is_waited_for_not_skipped() {
+        let table = Table::with_capacity(2 * SLOTS_PER_BUCKET, WhenFull::default()).unwrap();
+        for b in 0..2 {
+            for i in 0..SLOTS_PER_BUCKET {
+                bind_at(&table, b, i, 1_000);
+            }
+        }
+        let quota = Quota::new(0, 1, Duration::from_nanos(1)).unwrap();
+        // Both buckets full of keys in debt: the least indebted live one is the victim.
+        assert!(matches!(
+            table.place(&home(0, 1), 500, &quota),
+            Placement::Full(_, 1_000)
+        ));
+        // Slot 3 of bucket 1 sealed for a move (its key still a fingerprint) with a smaller
+        // arrival time than every live key: wait for the move rather than evict a live key.
+        table.buckets[1].words[3].store(state::moved(600), Ordering::Relaxed);
+        assert!(matches!(
+            table.place(&home(0, 1), 500, &quota),
+            Placement::Busy
+        ));
+        // A moving key more indebted than some live one does not hold anybody up.
+        table.buckets[1].words[3].store(state::moved(2_000), Ordering::Relaxed);
+        assert!(matches!(
+            table.place(&home(0, 1), 500, &quota),
+            Placement::Full(_, 1_000)
+        ));
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub(super) enum Taken {
     Recovered,
     /// A funnel still in debt, evicted.
     Forced,
+    /// Not taken: a key sealed in the middle of a move, which counts when choosing a victim
+    /// but is never one (`place` waits for the move instead).
+    Moving,
 }
 
 /// The outcome of looking for a slot among a key's candidates.
@@ -108,9 +111,6 @@ struct Scan<'a> {
     /// there is room, and need not be created again on its next request), else the first
     /// recovered one.
     slot: Option<Victim<'a>>,
-    /// The earliest expiry among keys sealed for a move still in progress (a cuckoo step or a
-    /// migration): no slot to take, but a funnel that still counts when choosing a victim.
-    moving: Option<u64>,
 }
 
 impl Table {
@@ -215,16 +215,11 @@ impl Table {
         } else {
             first.slot
         };
-        // A key in the middle of a move that is less indebted than every live one would be the
-        // victim: wait for its move to end rather than evict a more indebted key (the victim is
-        // always the least indebted funnel, docs/DESIGN.md, "The table").
-        let moving = match (first.moving, second.moving) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         match (free, least) {
             (Some(victim), _) => Placement::Free(victim),
-            (None, Some((_, expiry))) if moving.is_some_and(|m| m < expiry) => Placement::Busy,
+            // The least indebted funnel is a key in the middle of a move: wait for the move to
+            // end rather than evict a more indebted key (docs/DESIGN.md, "Lazy eviction").
+            (None, Some((victim, _))) if victim.taken == Taken::Moving => Placement::Busy,
             (None, Some((victim, expiry))) => Placement::Full(victim, expiry),
             (None, None) => Placement::Busy,
         }
@@ -241,6 +236,11 @@ impl Table {
             gen,
             taken,
         } = victim;
+        debug_assert_ne!(
+            taken,
+            Taken::Moving,
+            "a key in the middle of a move is never a victim"
+        );
         // Winning this CAS is what matters (an update or another creator that got there first
         // makes it fail); ordering for readers comes from the Release key store below.
         // Acquire on success: pairs with the Release store (or update/reset CAS) of the word we
@@ -274,7 +274,8 @@ impl Table {
         let counter = match taken {
             Taken::Unbound => &shard.bound,
             Taken::Recovered => &shard.recovered,
-            Taken::Forced => &shard.forced,
+            // `place` never offers a moving key (it answers Busy instead).
+            Taken::Forced | Taken::Moving => &shard.forced,
         };
         // Relaxed: a statistic; readers sum shards without ordering.
         counter.fetch_add(1, Ordering::Relaxed);
@@ -318,10 +319,11 @@ impl Table {
                             }
                         }
                         None => {
-                            // A move in progress: the key's funnel is its sealed arrival time.
+                            // A move in progress: no slot to take, but the key's funnel (its
+                            // sealed arrival time) still counts when choosing the victim.
                             let expiry = quota.expiry(tat);
-                            if found.moving.is_none_or(|e| expiry < e) {
-                                found.moving = Some(expiry);
+                            if least.is_none_or(|(_, e)| expiry < e) {
+                                *least = Some((victim(0, Taken::Moving), expiry));
                             }
                             continue;
                         }

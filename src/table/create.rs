@@ -360,9 +360,19 @@ impl Drop for CreationLock<'_> {
 /// Takes a creation lock if it is free, without waiting.
 pub(super) fn try_lock(lock: &AtomicBool) -> Option<CreationLock<'_>> {
     // Acquire: as in `lock`.
-    lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_ok()
-        .then_some(CreationLock(lock))
+    let taken = lock
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok();
+    // The guard is built only once the lock is ours: a guard is an unlock waiting to happen.
+    // `taken.then_some(CreationLock(lock))` builds one on a failed attempt too, and drops it,
+    // unlocking whoever holds the lock: every failed try (a nudge, a cuckoo step) released
+    // another thread's lock, and two creators of one key could both bind it
+    // (`a_failed_try_leaves_the_lock_with_its_holder`).
+    if taken {
+        Some(CreationLock(lock))
+    } else {
+        None
+    }
 }
 
 /// Takes a creation lock: a one-byte spin lock that yields after 64 spins.
@@ -419,6 +429,23 @@ mod tests {
             first,
             second,
         }
+    }
+
+    #[test]
+    fn a_failed_try_leaves_the_lock_with_its_holder() {
+        let stripe = AtomicBool::new(false);
+        let held = lock(&stripe);
+        assert!(try_lock(&stripe).is_none(), "the lock is held");
+        assert!(
+            stripe.load(Ordering::Relaxed),
+            "a failed try must not unlock the holder's lock"
+        );
+        assert!(try_lock(&stripe).is_none(), "still held");
+        drop(held);
+        assert!(!stripe.load(Ordering::Relaxed));
+        let again = try_lock(&stripe);
+        assert!(again.is_some(), "free again, so taken");
+        assert!(stripe.load(Ordering::Relaxed));
     }
 
     #[test]

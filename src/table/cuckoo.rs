@@ -12,7 +12,6 @@
 use super::bucket::SLOTS_PER_BUCKET;
 use super::create::{try_lock, Placement};
 use super::grow::{Mode, FIRST_FP};
-use super::stats::STAT_SHARDS;
 use super::tags::tag_of;
 use super::{prefetch, Home, Table};
 use crate::meter::Meter;
@@ -23,10 +22,8 @@ use crate::sync::{AtomicBool, Ordering};
 /// every new key of a flood that keeps the table full.
 const STEP_BELOW_TWENTIETHS: u64 = 19;
 
-/// Slots from which one stripe's count of keys held, times the number of stripes, estimates
-/// the table's closely enough: a stripe then counts a thousand keys or more at the threshold,
-/// so the estimate is within a few percent.
-const ESTIMATE_ABOVE: u64 = 16 * 1024;
+/// The most residents two buckets list: each of their keys with up to two other buckets.
+const MOST_RESIDENTS: usize = 4 * SLOTS_PER_BUCKET;
 
 /// A key of a full candidate bucket, and its other candidate bucket.
 #[derive(Clone, Copy, Default)]
@@ -39,21 +36,14 @@ struct Resident {
 
 impl Table {
     /// Whether a creator of `fp` whose key found both candidates full should try a cuckoo
-    /// step: the table holds keys in fewer than 95% of its slots. In a table of
-    /// [`ESTIMATE_ABOVE`] slots or more that is estimated from the one stripe of counters the
-    /// creator counts in anyway (creations spread evenly over the stripes, by fingerprint
-    /// bits), so a flood that keeps the table full pays two loads of a line it writes next, not
-    /// 32 loads of lines other creators write (which, measured with a loop of new keys into a
-    /// full table of the default size, cost it about three times as much as the estimate).
+    /// step: the table holds keys in fewer than 95% of its slots (`holds_fewer_than`, an
+    /// estimate from the creator's own stripe of counters in a large table: a flood that keeps
+    /// the table full then pays two loads of a line it writes next, not 32 loads of lines other
+    /// creators write, which, measured with a loop of new keys into a full table of the default
+    /// size, cost it about three times as much).
     #[inline]
     pub(super) fn worth_a_cuckoo_step(&self, fp: u64) -> bool {
-        let capacity = self.capacity() as u64;
-        let held = if capacity >= ESTIMATE_ABOVE {
-            self.shard(fp).keys_held() * STAT_SHARDS as u64
-        } else {
-            self.keys_held()
-        };
-        held * 20 < capacity * STEP_BELOW_TWENTIETHS
+        self.holds_fewer_than(fp, STEP_BELOW_TWENTIETHS)
     }
 
     /// Frees a slot in one of `fp`'s candidate buckets (both full of funnels in debt) by moving
@@ -76,11 +66,54 @@ impl Table {
         // to). Recomputed here rather than passed in: a creator's loop keeps its own `Home`
         // in registers only if no call takes its address.
         let home = self.home(fp);
-        // First every resident's other bucket, each asked for at once (a prefetch), so that on
-        // a table larger than the caches their misses overlap instead of queueing.
-        let mut residents = [Resident::default(); 2 * SLOTS_PER_BUCKET];
+        let mut residents = [Resident::default(); MOST_RESIDENTS];
+        let n = self.residents(home.buckets(), &mut residents);
+        let held = self.stripe(fp) as *const AtomicBool;
+        residents[..n].iter().any(|r| {
+            has_free_slot(self, r.other, now, quota) && self.move_resident(r, held, now, quota)
+        })
+    }
+
+    /// Two cuckoo steps, for a migration's move that found `fp`'s candidates full and no key of
+    /// theirs with room in its other bucket (`make_room_for`): frees a slot in one of those
+    /// other buckets by moving one of its keys on, then moves the first key into it. In the
+    /// middle of a migration the other buckets are often old-level ones not split yet, still
+    /// holding keys that are leaving them, and the second step moves one of those. The caller
+    /// holds `fp`'s creation lock; every other lock is only tried. True when a slot of `fp`'s
+    /// candidates was freed.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn make_room_two_steps<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) -> bool {
+        let home = self.home(fp);
+        let held = self.stripe(fp) as *const AtomicBool;
+        let mut residents = [Resident::default(); MOST_RESIDENTS];
+        let n = self.residents(home.buckets(), &mut residents);
+        let mut onward = [Resident::default(); MOST_RESIDENTS];
+        for r in &residents[..n] {
+            let m = self.residents(std::iter::once(r.other), &mut onward);
+            let freed = onward[..m].iter().any(|o| {
+                o.other != r.bucket
+                    && has_free_slot(self, o.other, now, quota)
+                    && self.move_resident(o, held, now, quota)
+            });
+            if freed && self.move_resident(r, held, now, quota) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Lists the live keys of `buckets`, each with its other candidate bucket at the level in
+    /// use (both, for a key leaving its bucket in the middle of a migration), into `out`, and
+    /// asks for each other bucket at once (a prefetch), so that on a table larger than the
+    /// caches their misses overlap instead of queueing. Returns how many it listed.
+    fn residents(
+        &self,
+        buckets: impl Iterator<Item = usize>,
+        out: &mut [Resident; MOST_RESIDENTS],
+    ) -> usize {
         let mut n = 0;
-        for c in home.buckets() {
+        for c in buckets {
             let bucket = &self.buckets[c];
             for slot in 0..SLOTS_PER_BUCKET {
                 // Acquire, both: as a reader's; `relocate` validates again.
@@ -90,50 +123,57 @@ impl Table {
                 {
                     continue;
                 }
-                // The resident's candidates at the level in use, in either shape of table.
+                // The resident's candidates at the level in use, in either shape of table: its
+                // other one, or, for a key leaving `c` (an old-level bucket in the middle of a
+                // migration, not one of the key's candidates at the new level), either.
                 let Home { first, second, .. } = self.home(resident);
-                let other = if first == c { second } else { first };
-                if other == c {
-                    continue;
+                for other in [first, second] {
+                    if other == c || (other == second && second == first) || n == out.len() {
+                        continue;
+                    }
+                    prefetch::prefetch(&self.buckets[other].tags);
+                    prefetch::prefetch(&self.buckets[other].words[0]);
+                    out[n] = Resident {
+                        bucket: c,
+                        slot,
+                        fp: resident,
+                        other,
+                    };
+                    n += 1;
                 }
-                prefetch::prefetch(&self.buckets[other].tags);
-                prefetch::prefetch(&self.buckets[other].words[0]);
-                residents[n] = Resident {
-                    bucket: c,
-                    slot,
-                    fp: resident,
-                    other,
-                };
-                n += 1;
             }
         }
-        let held = self.stripe(fp) as *const AtomicBool;
-        for r in &residents[..n] {
-            if !has_free_slot(self, r.other, now, quota) {
-                continue;
+        n
+    }
+
+    /// Moves the resident `r` to its other bucket, under its creation lock: taken if free,
+    /// or already held when it is `held` (the caller's). False if the lock was busy, the
+    /// resident is gone from its slot, or its other bucket has no free slot any more.
+    fn move_resident<Q: Meter>(
+        &self,
+        r: &Resident,
+        held: *const AtomicBool,
+        now: u64,
+        quota: &Q,
+    ) -> bool {
+        let stripe = self.stripe(r.fp);
+        let _lock = if std::ptr::eq(stripe, held) {
+            None // ours already
+        } else {
+            match try_lock(stripe) {
+                Some(lock) => Some(lock),
+                None => return false,
             }
-            let stripe = self.stripe(r.fp);
-            let _lock = if std::ptr::eq(stripe, held) {
-                None // ours already
-            } else {
-                match try_lock(stripe) {
-                    Some(lock) => Some(lock),
-                    None => continue,
-                }
-            };
-            let to = Home {
-                fp: r.fp,
-                tag: tag_of(r.fp),
-                first: r.other,
-                second: r.other,
-            };
-            // `relocate` checks again that the source still holds the key, live (it may have
-            // been updated, evicted or moved since the scan): false if not.
-            if self.relocate(r.fp, r.bucket, r.slot, &to, now, quota, Mode::Cuckoo) {
-                return true;
-            }
-        }
-        false
+        };
+        let to = Home {
+            fp: r.fp,
+            tag: tag_of(r.fp),
+            first: r.other,
+            second: r.other,
+        };
+        // `relocate` checks again that the source still holds the key, live (it may have
+        // been updated, evicted or moved since the scan): false if not.
+        self.relocate(r.fp, r.bucket, r.slot, &to, now, quota, Mode::Cuckoo)
     }
 }
 

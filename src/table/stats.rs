@@ -75,6 +75,11 @@ impl StatShard {
 /// Stripes of counters; a creator of key `fp` counts in stripe `(fp >> 8) % STAT_SHARDS`.
 pub(super) const STAT_SHARDS: usize = 16;
 
+/// Slots from which one stripe's count of keys held, times the number of stripes, estimates
+/// the table's closely enough: a stripe then counts a thousand keys or more at 95% full, so the
+/// estimate is within a few percent.
+const ESTIMATE_ABOVE: u64 = 16 * 1024;
+
 impl Table {
     /// The stripe a creator (or mover) of the key `fp` counts in.
     pub(super) fn shard(&self, fp: u64) -> &StatShard {
@@ -88,6 +93,21 @@ impl Table {
             .iter()
             .map(|s| counter(s).load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Whether fewer than `twentieths` / 20 of the slots in use hold a key, as a creator of
+    /// `fp` sees it: in a table of [`ESTIMATE_ABOVE`] slots or more, estimated from the one
+    /// stripe of counters that creator counts in (creations spread evenly over the stripes, by
+    /// fingerprint bits); in a smaller one, summed over all of them.
+    #[inline]
+    pub(super) fn holds_fewer_than(&self, fp: u64, twentieths: u64) -> bool {
+        let capacity = self.capacity() as u64;
+        let held = if capacity >= ESTIMATE_ABOVE {
+            self.shard(fp).keys_held() * STAT_SHARDS as u64
+        } else {
+            self.keys_held()
+        };
+        held * 20 < capacity * twentieths
     }
 
     /// Slots holding a key, summed over the shards (a snapshot, as `stats`).

@@ -65,7 +65,7 @@ impl Table {
             };
             // While the table grows, every creation moves a chunk of keys (it takes locks
             // anyway; a request for a key that is present never does, so it never waits).
-            self.help_migrate(now, quota);
+            self.help_before_creating(fp, now, quota);
             match self.create(fp, now, new_tat, quota) {
                 Created::Bound => return decision,
                 Created::Exists => continue,
@@ -101,7 +101,7 @@ impl Table {
                     return Updated::Unchanged(0);
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
-                self.help_migrate(now, quota);
+                self.help_before_creating(fp, now, quota);
                 match self.create(fp, now, new_tat, quota) {
                     Created::Bound => return Updated::Written(0, new_tat),
                     Created::Exists => continue 'lookup,

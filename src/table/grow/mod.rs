@@ -45,6 +45,28 @@ const FIRST_SHIFT: u32 = 8;
 const SECOND_ROTATE: u32 = 36;
 /// The most creation locks: 16,384, one byte each (a growth's barrier takes each once).
 const MAX_STRIPE_LEVEL: u32 = 14;
+/// How many times a migration's move whose target buckets are full of funnels in debt tries
+/// cuckoo steps, releasing the key's lock and waiting between tries (`sync::spin`: spins, then
+/// yields), before it evicts the least indebted of them. Full buckets in the middle of a
+/// migration are mostly a passing state: new keys crowd into the new level's upper buckets
+/// while the lower ones still hold the keys leaving them, which other helpers are moving out.
+/// Under loom one try, as before the waits: the models check what happens, not how long.
+#[cfg(not(funnel_loom))]
+const MIGRATE_TRIES: u32 = 256;
+#[cfg(funnel_loom)]
+const MIGRATE_TRIES: u32 = 1;
+/// While a migration is under way, new keys are created only while fewer than this share of the
+/// new level's slots (in twentieths) hold keys; past it, their creators help the migration or
+/// wait for it to end (`help_before_creating`). A growth starts when the old level is full (at
+/// most 95% of its slots with the cuckoo step), so about 47% of the new one; the keys still to
+/// move need room there. Without this reserve, creators on other threads filled the whole new level while
+/// one helper was preempted in the middle of its chunk, whose keys then found no slot anywhere
+/// and evicted a key in debt, admitted too early on its next request: once in 79 runs, then
+/// once in 300, of the four-thread growth test (`tests/growth.rs`), and, with the waits of
+/// [`MIGRATE_TRIES`] but no reserve, once in 60 runs of the sixteen-thread one (0 in 300 with
+/// both, and the two-step search).
+#[cfg(not(funnel_loom))]
+const MIGRATION_FILL_TWENTIETHS: u64 = 15;
 /// Buckets of the old level a helper splits per slow-path request.
 #[cfg(not(funnel_loom))]
 const CHUNK: u64 = 8;
@@ -99,6 +121,13 @@ impl Growth {
         // miss and take the slow path, which reads the state again); creators read it under
         // their lock, which the barrier argument needs.
         self.state.load(Ordering::Acquire) >> 1
+    }
+
+    /// Whether keys are being moved into the level in use.
+    #[cfg(not(funnel_loom))]
+    fn migrating(&self) -> bool {
+        // Acquire: as in `mask_in_use`.
+        self.state.load(Ordering::Acquire) & 1 == 1
     }
 
     pub(super) fn buckets_in_use(&self) -> usize {
@@ -183,6 +212,45 @@ impl Table {
         };
         let mask = s >> 1;
         (at(mask), (s & 1 == 1).then(|| at(mask >> 1)))
+    }
+
+    /// Whether the table is migrating keys into the level whose bucket mask is `mask`.
+    fn migrating_to(&self, mask: u64) -> bool {
+        // Acquire: as in `mask_in_use`.
+        self.growth()
+            .is_some_and(|g| g.state.load(Ordering::Acquire) == (mask << 1) | 1)
+    }
+
+    /// What a creator of `fp` does before creating it in a growable table: while a migration
+    /// is under way, split a chunk of it (every creation helps), and, while the new level holds
+    /// keys in [`MIGRATION_FILL_TWENTIETHS`] of its slots or more, go on helping, or wait for
+    /// the migration to end. Nothing in a fixed table.
+    #[inline(always)]
+    pub(super) fn help_before_creating<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) {
+        if let Shape::Grows(g) = &self.shape {
+            self.help_growing(g, fp, now, quota);
+        }
+    }
+
+    /// [`help_before_creating`](Self::help_before_creating) in a growable table. Out of line: a
+    /// fixed table's flood of new keys (`paths/evict`) took 1 ns more a key with this inlined
+    /// into its slow path. Not under loom: the reserve is a policy, and reading its counters
+    /// would only multiply the models' interleavings.
+    #[inline(never)]
+    fn help_growing<Q: Meter>(&self, g: &Growth, fp: u64, now: u64, quota: &Q) {
+        self.help_migrate(now, quota);
+        #[cfg(not(funnel_loom))]
+        {
+            let mut round = 0;
+            while g.migrating() && !self.holds_fewer_than(fp, MIGRATION_FILL_TWENTIETHS) {
+                if !self.help_migrate(now, quota) {
+                    spin(round);
+                    round += 1;
+                }
+            }
+        }
+        #[cfg(funnel_loom)]
+        let _ = (g, fp);
     }
 
     /// Whether a full table could still make room by growing: growable, and below its largest
@@ -339,9 +407,6 @@ impl Table {
         now: u64,
         quota: &Q,
     ) {
-        // Under the key's lock no creator or other mover of `fp` runs; the source may still be
-        // updated by its readers, reset, or evicted by a creator of another key.
-        let _lock = lock(self.stripe(fp));
         let (first, second) = candidates(fp, new_mask);
         let home = Home {
             fp,
@@ -349,7 +414,30 @@ impl Table {
             first,
             second,
         };
-        self.relocate(fp, b, slot, &home, now, quota, Mode::Migrate);
+        for round in 1..=MIGRATE_TRIES {
+            {
+                // Under the key's lock no creator or other mover of `fp` runs; the source may
+                // still be updated by its readers, reset, or evicted by a creator of another
+                // key.
+                let _lock = lock(self.stripe(fp));
+                if !self.migrating_to(new_mask) {
+                    // A split made ahead of its chunk (`make_room`) can outlive its migration:
+                    // the chunk's helper has moved every key that had to go, and this one is
+                    // where a later level wants it.
+                    return;
+                }
+                let evict = round == MIGRATE_TRIES;
+                if self.relocate(fp, b, slot, &home, now, quota, Mode::Migrate { evict }) {
+                    return;
+                }
+                if live_word(&self.buckets[b], slot, fp).is_none() {
+                    return; // evicted by a creator of another key, or moved by another helper
+                }
+            }
+            // No room yet among the key's candidates: wait, without the key's lock (another
+            // mover's cuckoo step may need it), and try again.
+            spin(round);
+        }
     }
 
     /// The move itself, under `fp`'s creation lock (held by the caller): from slot `slot` of
@@ -443,9 +531,10 @@ impl Table {
 
     /// Reserves a slot among `home`'s candidates and binds it PENDING for the key: the target of
     /// a move. With no free slot, [`Mode::Migrate`] first tries to make one by moving a key out
-    /// of a candidate bucket to its other candidate (one cuckoo step, `make_room_for`), and only
-    /// if no key can go evicts the least indebted live one (a migration's move cannot fail),
-    /// whatever the table's [`WhenFull`](crate::WhenFull); it also waits out slots that other
+    /// of a candidate bucket to its other candidate (one cuckoo step, `make_room_for`, then
+    /// two, `make_room_two_steps`); if no key can go, it answers `None`, or on its last try
+    /// (`evict`) evicts the least indebted live one (a migration's move cannot fail for ever),
+    /// whatever the table's [`WhenFull`](crate::WhenFull). It also waits out slots that other
     /// threads are binding. The other modes neither evict nor wait: `None`.
     fn pending_target<Q: Meter>(
         &self,
@@ -455,20 +544,23 @@ impl Table {
         mode: Mode,
     ) -> Option<Found<'_>> {
         let mut round = 0;
-        let mut tried = false;
         loop {
             let victim = match (self.place(home, now, quota), mode) {
                 (Placement::Free(victim), _) => victim,
-                (Placement::Full(least, _), Mode::Migrate) => {
-                    if !tried {
-                        tried = true;
-                        if self.make_room_for(home.fp, now, quota) {
-                            continue;
-                        }
+                (Placement::Full(least, _), Mode::Migrate { evict }) => {
+                    // One cuckoo step, then two, before giving up (and, as a last resort,
+                    // evicting).
+                    if self.make_room_for(home.fp, now, quota)
+                        || self.make_room_two_steps(home.fp, now, quota)
+                    {
+                        continue;
+                    }
+                    if !evict {
+                        return None;
                     }
                     least
                 }
-                (Placement::Busy, Mode::Migrate) => {
+                (Placement::Busy, Mode::Migrate { .. }) => {
                     spin(round);
                     round += 1;
                     continue;
@@ -514,8 +606,12 @@ impl Table {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
     /// A migration's split (a creator's help, holding the key's lock by waiting for it): must
-    /// move the key, so may make room, wait, and as a last resort evict.
-    Migrate,
+    /// move the key in the end, so may make room by one or two cuckoo steps, waits out slots
+    /// other threads are binding, and, only when `evict` (its last try), evicts.
+    Migrate {
+        /// Whether to evict the least indebted candidate when no room can be made.
+        evict: bool,
+    },
     /// A request moving its own key out of the old level (holding the key's lock only if it
     /// was free): moves it if a slot is free, else leaves it for the migration.
     Nudge,

@@ -59,12 +59,12 @@ const MIGRATE_TRIES: u32 = 1;
 /// new level's slots (in twentieths) hold keys; past it, their creators help the migration or
 /// wait for it to end (`help_before_creating`). A growth starts when the old level is full (at
 /// most 95% of its slots with the cuckoo step), so about 47% of the new one; the keys still to
-/// move need room there. Without this reserve, creators on other threads filled the whole new level while
-/// one helper was preempted in the middle of its chunk, whose keys then found no slot anywhere
-/// and evicted a key in debt, admitted too early on its next request: once in 79 runs, then
-/// once in 300, of the four-thread growth test (`tests/growth.rs`), and, with the waits of
-/// [`MIGRATE_TRIES`] but no reserve, once in 60 runs of the sixteen-thread one (0 in 300 with
-/// both, and the two-step search).
+/// move need room there. Without this reserve, creators on other threads filled the whole new
+/// level while one helper was preempted in the middle of its chunk, whose keys then found no
+/// slot anywhere and evicted a key in debt, admitted too early on its next request: once in 79
+/// runs, then once in 300, of the four-thread growth test (`tests/growth.rs`), and, with the
+/// waits of [`MIGRATE_TRIES`] but no reserve, once in 60 runs of the sixteen-thread one (0 in
+/// 300 with both, and the two-step search).
 #[cfg(not(funnel_loom))]
 const MIGRATION_FILL_TWENTIETHS: u64 = 15;
 /// Buckets of the old level a helper splits per slow-path request.

@@ -77,17 +77,19 @@ fn run(table: &str, limiter: &Limiter<u64>, per_thread: usize) {
         .unwrap_or(0);
     let mut all: Vec<u32> = per_thread_lat.into_iter().flatten().collect();
     all.sort_unstable();
+    let stats = limiter.stats();
     println!(
         "creation_tail, {table} table: {THREADS} threads x {per_thread} new keys on {} cores: \
-         p50 {} ns, p99 {} ns, p99.9 {} ns, worst thread's p99.9 {} ns, max {} ns",
+         p50 {} ns, p99 {} ns, p99.9 {} ns, worst thread's p99.9 {} ns, max {} ns; \
+         forced evictions {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         at(&all, 0.5),
         at(&all, 0.99),
         at(&all, 0.999),
         worst_thread_p999,
-        all[all.len() - 1]
+        all[all.len() - 1],
+        stats.forced_evictions,
     );
-    let stats = limiter.stats();
     assert_eq!(
         stats.keys as u64 + stats.forced_evictions,
         (THREADS * per_thread) as u64,

@@ -13,7 +13,9 @@
 //!    after which no creator still places keys by the old level.
 //! 2. The old level's buckets are then split, a chunk at a time, by every request that takes
 //!    the slow path (new keys, keys not moved yet): each live key whose bucket is not one of its
-//!    candidates at the new level is moved there.
+//!    candidates at the new level is moved there. Meanwhile new keys leave a quarter of the new
+//!    level to the keys still to move (`help_before_creating`), and a move that finds its
+//!    targets full makes room by one or two cuckoo steps, or retries, before it evicts.
 //! 3. The helper that splits the last chunk publishes the new level as settled.
 //!
 //! Moving a key, under its creation lock, without ever blocking its updaters: reserve a target
@@ -443,7 +445,8 @@ impl Table {
     /// The move itself, under `fp`'s creation lock (held by the caller): from slot `slot` of
     /// bucket `b` to a slot of `to`'s buckets, or a drop if the funnel has recovered by `now`.
     /// False when nothing moved: the source no longer held the key (evicted by a creator of
-    /// another key), or, unless `mode` is [`Mode::Migrate`], no free target slot was there.
+    /// another key), or no target slot could be had (every mode but a migration's last try,
+    /// `Mode::Migrate { evict: true }`, which evicts rather than fail).
     #[allow(clippy::too_many_arguments)] // the move's source, target and who moves: one call site each
     pub(super) fn relocate<Q: Meter>(
         &self,

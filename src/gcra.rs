@@ -18,7 +18,7 @@ use crate::quota::Quota;
 /// (`0`, or any value `<= now`, is a fresh funnel). Returns the decision and, when the funnel
 /// must change, the arrival time to store; `None` means write nothing (a denial or a peek).
 ///
-/// Requires `now <= MAX_TIME_NANOS` and `tat <= MAX_TAT` (the [`Timestamp`](crate::Timestamp)
+/// Requires `now <= MAX_TIME_NANOS` and `tat <= MAX_TAT` (the [`Timestamp`]
 /// type and the packed word guarantee both); then no operation below can overflow:
 /// `n * T <= T * L <= 2^60`, and `max(tat, now) + n * T < 2^63`.
 #[inline(always)]

@@ -81,7 +81,7 @@ impl Bucket {
     }
 }
 
-/// `n` empty buckets. The all-zero bucket is exactly [`Bucket::new`] (no tags, no keys, EMPTY
+/// `n` empty buckets. The all-zero bucket is exactly `Bucket::new` (no tags, no keys, EMPTY
 /// words, unlocked), so the table asks the allocator for zeroed memory instead of writing it:
 /// the operating system hands out zero pages lazily, so a table's resident memory is the part
 /// of it that has been touched. That is what lets a growable table reserve its maximum size

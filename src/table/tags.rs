@@ -23,7 +23,7 @@ pub(crate) fn tag_of(fp: u64) -> u64 {
 /// The slots of two buckets whose tag byte may equal `tag`, given their tag words `first` and
 /// `second`, as a bitmask: every slot whose tag is `tag` is in it, and the **lowest** bit set is
 /// always such a slot. A higher bit may be a false candidate (the word form's borrow, see
-/// [`swar`]), which the caller's validation of the full fingerprint rejects like any other
+/// module `swar`), which the caller's validation of the full fingerprint rejects like any other
 /// tag collision. [`slot_of`] says which slot a bit stands for.
 #[inline(always)]
 pub(crate) fn candidates(first: u64, second: u64, tag: u64) -> u64 {

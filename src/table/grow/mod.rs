@@ -665,4 +665,68 @@ mod tests {
             g.stripe(fp ^ (1 << FIRST_SHIFT))
         ));
     }
+
+    /// A fingerprint whose candidate buckets are `first` and `second` at four buckets (so
+    /// `first & 1` and `second & 1` at two), with tag `tag`.
+    const fn fp(first: u64, second: u64, tag: u64) -> u64 {
+        (first << FIRST_SHIFT) | (second << SECOND_ROTATE) | tag
+    }
+
+    /// The last resort of a migration's move, which no stress test reaches: the key to move
+    /// finds both its new buckets full of funnels in debt that no cuckoo step can move (their
+    /// keys have no other bucket), tries again until its tries run out, and then evicts the
+    /// least indebted of them, counted as a forced eviction. The moved key keeps its debt, the
+    /// migration settles, and no key is bound twice.
+    #[test]
+    fn a_move_with_no_room_after_its_last_try_evicts_the_least_indebted_and_counts_it() {
+        use super::super::create::Created;
+        use crate::quota::Quota;
+        use crate::WhenFull;
+        use std::time::Duration;
+
+        let slots = SLOTS_PER_BUCKET;
+        let table = Table::growable(2 * slots, 4 * slots, WhenFull::Evict).unwrap();
+        // Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
+        let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
+        // K lives in bucket 0 or 1 of the two, and belongs in bucket 2 or 3 of the four.
+        let k = fp(2, 3, 0x11);
+        assert!(matches!(table.create(k, 0, 500, &quota), Created::Bound));
+        assert!(table.start_growth());
+        // Fill buckets 2 and 3 of the new level, before any chunk is split, with keys whose
+        // candidates are those two buckets only; the least indebted (arrival time 100) is the
+        // one K's move must evict.
+        let fill: Vec<u64> = (0..2 * slots as u64)
+            .map(|i| fp(2 + i % 2, 3 - i % 2, 0x20 + i))
+            .collect();
+        for (i, &f) in fill.iter().enumerate() {
+            let tat = 100 + 10 * i as u64;
+            assert!(matches!(table.create(f, 0, tat, &quota), Created::Bound));
+        }
+        assert_eq!(table.stats().forced_evictions, 0);
+
+        while table.help_migrate(0, &quota) {}
+
+        assert_eq!(table.buckets_in_use(), 4, "the migration did not settle");
+        assert!(
+            table.homes(k).1.is_none(),
+            "the table still looks migrating"
+        );
+        let stats = table.stats();
+        assert_eq!(
+            (stats.forced_evictions, stats.moved_keys),
+            (1, 1),
+            "{stats:?}"
+        );
+        let tat = |fp: u64| table.locate(fp).map(|found| state::tat_of(found.word));
+        assert_eq!(tat(k), Some(500), "K lost its debt in the move");
+        assert_eq!(
+            tat(fill[0]),
+            None,
+            "the least indebted key should have been evicted"
+        );
+        for (i, &f) in fill.iter().enumerate().skip(1) {
+            assert_eq!(tat(f), Some(100 + 10 * i as u64), "key {i} of the fill");
+        }
+        table.check_invariants().unwrap();
+    }
 }

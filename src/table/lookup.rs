@@ -146,6 +146,18 @@ impl Table {
             prefetch::prefetch(&bucket.words[0]);
         }
     }
+
+    /// A single decision's own start on the lines [`find`](Self::find) reads for `home` (both
+    /// buckets' tag and word lines): hints only (`prefetch::hint`), given before the caller
+    /// reads the clock, which would otherwise hold the loads back (`Limiter::decide_now`).
+    #[inline(always)]
+    pub(crate) fn start_loading(&self, home: &Home) {
+        for b in [home.first, home.second] {
+            let bucket = &self.buckets[b];
+            prefetch::hint(&bucket.tags);
+            prefetch::hint(&bucket.words[0]);
+        }
+    }
 }
 
 impl Home {

@@ -146,13 +146,13 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// One unit request for `key`, now, under the current quota.
     #[inline]
     pub fn check(&self, key: &K) -> Decision {
-        self.check_n_at(key, 1, self.limiter.now())
+        self.limiter.throttle(key, &self.quota.load(), 1)
     }
 
     /// A request of `n` units for `key`, now, under the current quota.
     #[inline]
     pub fn check_n(&self, key: &K, n: u64) -> Decision {
-        self.check_n_at(key, n, self.limiter.now())
+        self.limiter.throttle(key, &self.quota.load(), n)
     }
 
     /// A request of `n` units for `key` at the caller's `now`, under the current quota.
@@ -172,7 +172,7 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
         quota_for: impl FnOnce(&K, Quota) -> Quota,
     ) -> Decision {
         let quota = quota_for(key, self.quota.load());
-        self.limiter.throttle_at(key, &quota, n, self.limiter.now())
+        self.limiter.throttle(key, &quota, n)
     }
 
     /// `key`'s state now under the current quota, charging nothing and creating nothing.

@@ -195,7 +195,7 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// ```
     #[inline]
     pub fn peek(&self, key: &K) -> Decision {
-        self.check_n_at(key, 0, self.limiter.now())
+        self.limiter.throttle(key, &self.quota.load(), 0)
     }
 
     /// [`peek`](Self::peek) at the caller's `now`.

@@ -674,9 +674,10 @@ mod tests {
 
     /// The last resort of a migration's move, which no stress test reaches: the key to move
     /// finds both its new buckets full of funnels in debt that no cuckoo step can move (their
-    /// keys have no other bucket), tries again until its tries run out, and then evicts the
-    /// least indebted of them, counted as a forced eviction. The moved key keeps its debt, the
-    /// migration settles, and no key is bound twice.
+    /// keys have no other bucket), and in the end evicts the least indebted of them, counted
+    /// as a forced eviction, even in a table whose `WhenFull` turns new keys away. The moved
+    /// key keeps its debt, the migration settles, and no key is bound twice. (That the
+    /// eviction waits for the last try is `move_key`'s loop; this test does not time it.)
     #[test]
     fn a_move_with_no_room_after_its_last_try_evicts_the_least_indebted_and_counts_it() {
         use super::super::create::Created;
@@ -685,7 +686,7 @@ mod tests {
         use std::time::Duration;
 
         let slots = SLOTS_PER_BUCKET;
-        let table = Table::growable(2 * slots, 4 * slots, WhenFull::Evict).unwrap();
+        let table = Table::growable(2 * slots, 4 * slots, WhenFull::Deny).unwrap();
         // Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
         let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
         // K lives in bucket 0 or 1 of the two, and belongs in bucket 2 or 3 of the four.
@@ -706,11 +707,7 @@ mod tests {
 
         while table.help_migrate(0, &quota) {}
 
-        assert_eq!(table.buckets_in_use(), 4, "the migration did not settle");
-        assert!(
-            table.homes(k).1.is_none(),
-            "the table still looks migrating"
-        );
+        assert!(table.homes(k).1.is_none(), "the migration did not settle");
         let stats = table.stats();
         assert_eq!(
             (stats.forced_evictions, stats.moved_keys),

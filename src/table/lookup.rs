@@ -7,7 +7,7 @@ use super::bucket::Bucket;
 use super::tags::{candidates, slot_of};
 use super::{prefetch, Home, Table};
 use crate::state::{self, SlotState};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 /// A live slot bound to the key looked up, and the funnel word validated against it.
 #[derive(Clone, Copy)]
@@ -140,22 +140,24 @@ impl Table {
     /// for them, so that a batch of lookups overlaps its cache misses (`prefetch.rs`).
     #[inline]
     pub(crate) fn prefetch(&self, home: &Home) {
-        for b in [home.first, home.second] {
-            let bucket = &self.buckets[b];
-            prefetch::prefetch(&bucket.tags);
-            prefetch::prefetch(&bucket.words[0]);
-        }
+        self.each_line(home, prefetch::prefetch);
     }
 
-    /// A single decision's own start on the lines [`find`](Self::find) reads for `home` (both
-    /// buckets' tag and word lines): hints only (`prefetch::hint`), given before the caller
-    /// reads the clock, which would otherwise hold the loads back (`Limiter::decide_now`).
+    /// A single decision's own start on the lines [`find`](Self::find) reads for `home`: hints
+    /// only (`prefetch::hint`), given before the caller reads the clock, which would otherwise
+    /// hold the loads back (`Limiter::decide_now`).
     #[inline(always)]
     pub(crate) fn start_loading(&self, home: &Home) {
+        self.each_line(home, prefetch::hint);
+    }
+
+    /// `touch` on a word of each line of `home`'s buckets: both buckets' tags and funnel words.
+    #[inline(always)]
+    fn each_line(&self, home: &Home, touch: impl Fn(&AtomicU64)) {
         for b in [home.first, home.second] {
             let bucket = &self.buckets[b];
-            prefetch::hint(&bucket.tags);
-            prefetch::hint(&bucket.words[0]);
+            touch(&bucket.tags);
+            touch(&bucket.words[0]);
         }
     }
 }

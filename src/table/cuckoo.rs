@@ -126,13 +126,11 @@ impl Table {
                 // The resident's candidates at the level in use, in either shape of table: its
                 // other one, or, for a key leaving `c` (an old-level bucket in the middle of a
                 // migration, not one of the key's candidates at the new level), either.
-                let Home { first, second, .. } = self.home(resident);
-                for other in [first, second] {
-                    if other == c || (other == second && second == first) || n == out.len() {
-                        continue;
+                for other in self.home(resident).buckets().filter(|&o| o != c) {
+                    if n == out.len() {
+                        break;
                     }
-                    prefetch::prefetch(&self.buckets[other].tags);
-                    prefetch::prefetch(&self.buckets[other].words[0]);
+                    self.each_line_of(other, prefetch::prefetch);
                     out[n] = Resident {
                         bucket: c,
                         slot,

@@ -154,11 +154,16 @@ impl Table {
     /// `touch` on a word of each line of `home`'s buckets: both buckets' tags and funnel words.
     #[inline(always)]
     fn each_line(&self, home: &Home, touch: impl Fn(&AtomicU64)) {
-        for b in [home.first, home.second] {
-            let bucket = &self.buckets[b];
-            touch(&bucket.tags);
-            touch(&bucket.words[0]);
-        }
+        self.each_line_of(home.first, &touch);
+        self.each_line_of(home.second, &touch);
+    }
+
+    /// `touch` on a word of each of bucket `b`'s two lines: its tags and its funnel words.
+    #[inline(always)]
+    pub(super) fn each_line_of(&self, b: usize, touch: impl Fn(&AtomicU64)) {
+        let bucket = &self.buckets[b];
+        touch(&bucket.tags);
+        touch(&bucket.words[0]);
     }
 }
 

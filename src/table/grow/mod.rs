@@ -272,13 +272,12 @@ impl Table {
     /// otherwise starts a growth; or, when another thread is starting one, waits a little
     /// (`round` counts the waits, for backing off). The caller looks again.
     pub(super) fn make_room<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, round: &mut u32) {
-        if let (home, Some(old)) = self.homes(fp) {
+        if let (home, Some(_)) = self.homes(fp) {
             let new_mask = self.growth().map_or(0, Growth::mask_in_use);
             let old_buckets = (new_mask >> 1) as usize + 1;
             for c in home.buckets().filter(|&c| c < old_buckets) {
                 self.split(c, new_mask, now, quota);
             }
-            let _ = old;
             if self.help_migrate(now, quota) {
                 return;
             }

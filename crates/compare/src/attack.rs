@@ -221,7 +221,7 @@ fn shares<K: Key>(p: &Params, trace: &Trace, threads: usize) -> Vec<TraceShare<K
 }
 
 /// Competitors per (key type, thread count, quota): funnel at two capacities, governor keyed
-/// with two hashers, the Mutex<HashMap> funnel.
+/// with two hashers, the `Mutex<HashMap>` funnel.
 const COMPETITORS: usize = 5;
 /// Estimated seconds per decision, for the progress bar.
 const EST_NS: f64 = 250e-9;

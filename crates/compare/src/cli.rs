@@ -1,4 +1,7 @@
 //! Command-line options (parsed by clap).
+// The doc comments below are clap's `--help` text, read in a terminal as written: placeholders
+// such as <out> and type names such as Mutex<HashMap> stay bare there rather than in backticks.
+#![allow(rustdoc::invalid_html_tags)]
 
 use std::path::PathBuf;
 use std::time::Duration;

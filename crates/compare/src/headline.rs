@@ -1,5 +1,5 @@
 //! The short table the harness prints when it ends: funnel against governor (default and ahash
-//! hashers), the Mutex<HashMap> funnel and the GCRA Lua script on Redis, one thread, in under
+//! hashers), the `Mutex<HashMap>` funnel and the GCRA Lua script on Redis, one thread, in under
 //! 100 columns. The wide tables go to the run's files.
 
 use std::fmt::Write as _;

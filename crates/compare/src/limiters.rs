@@ -2,7 +2,7 @@
 //!
 //! * [`Limit`]: a decision on the limiter's own clock (the real-clock and manual-clock policies);
 //! * [`LimitAt`]: a decision at a time the caller supplies (the attack mix replays a trace with
-//!   timestamps): funnel's `check_at`, the Mutex<HashMap> funnel's `now_ns` argument, and for
+//!   timestamps): funnel's `check_at`, the `Mutex<HashMap>` funnel's `now_ns` argument, and for
 //!   governor, which has no such call, a governor `Clock` that reads the trace's time from a
 //!   thread-local the loop sets just before each call.
 
@@ -212,7 +212,7 @@ impl<K: Key0, C: FunnelClock> LimitAt<K> for MutexMap<K, C> {
     }
 }
 
-/// What the Mutex<HashMap> funnel needs of a key.
+/// What the `Mutex<HashMap>` funnel needs of a key.
 pub trait Key0: Hash + Eq + Clone + Send + Sync {}
 impl<K: Hash + Eq + Clone + Send + Sync> Key0 for K {}
 
@@ -223,7 +223,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Key0 for K {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuotaKind {
     /// 1,000 per second per key with a burst of 4,000,000,000: every decision is allowed and
-    /// every one writes (each key stays in debt, so none ever recovers mid-run).
+    /// every one writes. A key's unit drains in 1 ms, so the keys of `hot-1` and `hot-1k`,
+    /// visited every few microseconds, stay in debt; in the larger key spaces most keys have
+    /// recovered by their next visit, and funnel treats a recovered key as absent (its slot
+    /// may go to another key, and a growable table does not grow for it).
     Allow,
     /// 1 per hour per key, burst 1: after a key's first request (made in the prefill) every
     /// decision is denied and writes nothing.
@@ -272,7 +275,7 @@ impl QuotaKind {
         }
     }
 
-    /// The Mutex<HashMap> funnel's (capacity, emission interval in ns).
+    /// The `Mutex<HashMap>` funnel's (capacity, emission interval in ns).
     pub fn mutex_map(self) -> (u64, u64) {
         match self {
             QuotaKind::Allow => (
@@ -304,10 +307,10 @@ pub fn nz(n: u32) -> NonZeroU32 {
 pub enum ClockPolicy {
     /// Each limiter reads the TSC, calibrated by quanta, on every decision: funnel's default
     /// `QuantaClock` (which reads it inline), governor's default `QuantaClock` (through quanta),
-    /// and funnel's `QuantaClock` for the Mutex<HashMap> funnel.
+    /// and funnel's `QuantaClock` for the `Mutex<HashMap>` funnel.
     Real,
     /// Each limiter reads a shared frozen counter (one relaxed atomic load): funnel's
-    /// `ManualClock`, governor's `FakeRelativeClock`, a `ManualClock` for the Mutex<HashMap>.
+    /// `ManualClock`, governor's `FakeRelativeClock`, a `ManualClock` for the `Mutex<HashMap>`.
     Manual,
 }
 

@@ -1,4 +1,4 @@
-//! `cargo run --release -p funnel-compare`: funnel against governor, a Mutex<HashMap> funnel
+//! `cargo run --release -p funnel-compare`: funnel against governor, a `Mutex<HashMap>` funnel
 //! and Redis-backed limiters, on the same workloads, keys, quotas, clocks and threads.
 //!
 //! Workloads (`inproc.rs`, `attack.rs`): 1. one hot key; 2. a hot set of 1,000 keys; 3. Zipf

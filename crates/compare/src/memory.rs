@@ -1,5 +1,5 @@
 //! Memory per key. funnel's table size is exact (`Limiter::memory_bytes() / capacity()`); for
-//! governor and the Mutex<HashMap> funnel the harness measures it: a child process (this same
+//! governor and the `Mutex<HashMap>` funnel the harness measures it: a child process (this same
 //! binary, `--child-memory <store> <n>`) reads its resident set size (VmRSS in
 //! /proc/self/status) before building the limiter and after inserting `n` keys, one request
 //! each; bytes per key = growth / n. The peak (VmHWM) is reported too, since a growing hash

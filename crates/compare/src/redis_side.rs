@@ -79,8 +79,8 @@ impl RedisAlgo {
         RedisAlgo::NaiveHash,
     ];
 
-    /// Short name: "tb", "sw", "gcra", "naive-hash" (the harness shows them as "redis-<label>").
-    /// `run` and `over_admission` also use "<label>:" as a key prefix.
+    /// Short name: "tb", "sw", "gcra", "naive-hash" (the harness shows them as `redis-<label>`).
+    /// `run` and `over_admission` also use `<label>:` as a key prefix.
     pub fn label(&self) -> &'static str {
         self.parts().0
     }
@@ -128,7 +128,7 @@ return ok
 
 /// Sliding-window log. One zset member per admitted request, scored by its time (µs).
 /// Drop members with score <= now - window, count the rest, admit (ZADD) if fewer than `max`.
-/// Member = "<now_us>-<client tag>", the tag being unique per connection and request, so two
+/// Member = `<now_us>-<client tag>`, the tag being unique per connection and request, so two
 /// requests never share a member. Denials write nothing (ZREMRANGEBYSCORE aside); no expiry.
 /// ARGV: max, window_us, tag. Returns 0 allowed, 1 limited (the common script's convention).
 const SLIDING_LOG_LUA: &str = r#"
@@ -145,7 +145,8 @@ return 1
 
 /// GCRA with CL.THROTTLE semantics, in integer MICROSECONDS (redis-cell uses ns; µs keeps every
 /// value exact in Lua's doubles, and redis-cell computes `remaining` on truncated µs anyway).
-/// T = ARGV[1] = trunc(period_us / count), limit = ARGV[2] (= max_burst + 1), quantity = ARGV[3].
+/// T = `ARGV[1]` = trunc(period_us / count), limit = `ARGV[2]` (= max_burst + 1),
+/// quantity = `ARGV[3]`.
 /// tau = T*limit, inc = T*quantity, new = max(TAT, now) + inc; allowed iff new - tau <= now.
 /// Allowed with quantity > 0: SET key new PX ceil((new - now) / 1 ms). Limited or quantity 0: no write.
 /// Reply: {limited, limit, remaining, retry_after_s, reset_after_s}, seconds truncated then +1 when
@@ -450,7 +451,7 @@ enum StopAt {
 
 /// One thread per key list, each with its own connection, started together; each cycles through
 /// its keys `pipeline` requests per round trip until `stop`. The first error stops every thread and
-/// is returned. Keys get the "<label>:" prefix.
+/// is returned. Keys get the `<label>:` prefix.
 fn drive(
     server: &RedisServer,
     algo: RedisAlgo,
@@ -574,7 +575,7 @@ fn worker(
 /// `pipeline` = 1 means one request per round trip; >1 means send `pipeline` EVALSHA (or for NaiveHash: do the
 /// reads pipelined then the writes pipelined) per round trip. Returns totals over all threads; elapsed is wall time
 /// from the barrier to the last thread finishing. Time inside scripts comes from Redis TIME (server-side clock).
-/// Keys are used as "<label>:<key>" (`tb:user:1`); state is left in Redis (FLUSHALL between runs for a fresh start).
+/// Keys are used as `<label>:<key>` (`tb:user:1`); state is left in Redis (FLUSHALL between runs for a fresh start).
 pub fn run(
     server: &RedisServer,
     algo: RedisAlgo,

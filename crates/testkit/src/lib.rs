@@ -5,16 +5,16 @@
 //! * [`memory`]: the resident-memory probe;
 //! * [`mutex_map`]: the `Mutex<HashMap>` funnel limiter, the design most services start with,
 //!   as a competitor;
-//! * [`fuzz`] (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
+//! * `fuzz` (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
 //!   replay test;
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
 //!   them) for funnel-redis's tests and example and the harness's Redis rows;
 //! * [`redis_limiter`] (feature `redis`): a funnel-redis limiter with a generous timeout, for
 //!   funnel-redis's tests;
-//! * [`tower`] (feature `tower`): funnel-tower's HTTP test support: a loopback server around a
+//! * `tower` (feature `tower`): funnel-tower's HTTP test support: a loopback server around a
 //!   layer, a client, and the RateLimit header fields parsed;
 //! * [`zipf`]: the Zipf sampler (YCSB's) of the harness's and `icount`'s Zipf key streams;
-//! * [`workload`] (feature `bench`): the criterion benches' quotas, key streams and threads.
+//! * `workload` (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
 //! Not published; not part of the library.
 

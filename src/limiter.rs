@@ -171,13 +171,15 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// that follow it, so issued first they overlap it. On the reference VM, 10 M `u64` keys
     /// allowed: 108-110 ns a decision reading first, 91-95 ns hinting first; 1,000 keys a
     /// little faster too; denials within the VM's spread (`examples/icount.rs`, `u64clock`
-    /// mode; docs/DESIGN.md, "Reading the time").
+    /// mode; docs/DESIGN.md, "Reading the time"). The lookup then uses the buckets
+    /// `start_loading` indexed, without hinting them again.
     #[inline(always)]
     fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
-        self.table.start_loading(&home);
+        let pair = self.table.start_loading(&home);
         let now = self.clock.now();
-        self.table.decide(&home, now.as_nanos(), quota, n)
+        self.table
+            .decide_loaded(&home, pair, now.as_nanos(), quota, n)
     }
 
     /// A request of `n` units for `key` at `now` under the limiter's quota: where every

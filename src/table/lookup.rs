@@ -33,13 +33,11 @@ enum Seen<'a> {
 }
 
 impl Table {
-    /// The hot path: the live slot bound to `home.fp`, if one of its candidate slots at the
-    /// level in use holds it. `None` sends the caller to [`locate`](Self::locate), which also
-    /// knows the states a growing table passes through.
+    /// `home`'s buckets, their funnel words' lines hinted: what [`find`](Self::find) looks in
+    /// when the caller has not started loading them.
     #[inline(always)]
-    pub(super) fn find(&self, home: &Home) -> Option<Found<'_>> {
-        let first = &self.buckets[home.first];
-        let second = &self.buckets[home.second];
+    pub(super) fn start_words(&self, home: &Home) -> Pair<'_> {
+        let pair = self.pair(home);
         // Start loading the funnel words' lines now, so that on a table larger than the caches
         // their misses overlap the tag lines' instead of following them once the tags have
         // matched. At 10 M keys a denial takes 85-87 -> 71-72 ns and an allowed decision
@@ -50,8 +48,19 @@ impl Table {
         // which prefetched these lines already, decides no faster without it (1 M and 10 M
         // keys, `batch` mode).
         // Off x86_64 no hint (`prefetch::hint` says why).
-        prefetch::hint(&first.words[0]);
-        prefetch::hint(&second.words[0]);
+        prefetch::hint(&pair.first.words[0]);
+        prefetch::hint(&pair.second.words[0]);
+        pair
+    }
+
+    /// The hot path: the live slot bound to `home.fp`, if one of its candidate slots at the
+    /// level in use holds it, looking in `home`'s buckets `pair`, whose lines the caller has
+    /// started loading ([`start_words`](Self::start_words), or
+    /// [`start_loading`](Self::start_loading) before a clock read). `None` sends the caller to
+    /// [`locate`](Self::locate), which also knows the states a growing table passes through.
+    #[inline(always)]
+    pub(super) fn find<'a>(pair: Pair<'a>, home: &Home) -> Option<Found<'a>> {
+        let Pair { first, second } = pair;
         // Relaxed: tags are a filter (`tags.rs`); every candidate is validated below, and a
         // stale miss only sends us to the slow path, which reads every slot of the buckets.
         let mut slots = candidates(
@@ -147,24 +156,47 @@ impl Table {
     /// only (`prefetch::hint`), given before the caller reads the clock, which would otherwise
     /// hold the loads back (`Limiter::decide_now`).
     #[inline(always)]
-    pub(crate) fn start_loading(&self, home: &Home) {
-        self.each_line(home, prefetch::hint);
+    pub(crate) fn start_loading(&self, home: &Home) -> Pair<'_> {
+        self.each_line(home, prefetch::hint)
     }
 
     /// `touch` on a word of each line of `home`'s buckets: both buckets' tags and funnel words.
     #[inline(always)]
-    fn each_line(&self, home: &Home, touch: impl Fn(&AtomicU64)) {
-        self.each_line_of(home.first, &touch);
-        self.each_line_of(home.second, &touch);
+    fn each_line(&self, home: &Home, touch: impl Fn(&AtomicU64)) -> Pair<'_> {
+        let pair = self.pair(home);
+        lines_of(pair.first, &touch);
+        lines_of(pair.second, &touch);
+        pair
     }
 
     /// `touch` on a word of each of bucket `b`'s two lines: its tags and its funnel words.
     #[inline(always)]
     pub(super) fn each_line_of(&self, b: usize, touch: impl Fn(&AtomicU64)) {
-        let bucket = &self.buckets[b];
-        touch(&bucket.tags);
-        touch(&bucket.words[0]);
+        lines_of(&self.buckets[b], touch);
     }
+
+    /// `home`'s two candidate buckets.
+    #[inline(always)]
+    fn pair(&self, home: &Home) -> Pair<'_> {
+        Pair {
+            first: &self.buckets[home.first],
+            second: &self.buckets[home.second],
+        }
+    }
+}
+
+/// A key's two candidate buckets (the same one twice when they coincide), indexed once.
+#[derive(Clone, Copy)]
+pub(crate) struct Pair<'a> {
+    first: &'a Bucket,
+    second: &'a Bucket,
+}
+
+/// `touch` on a word of each of `bucket`'s two lines: its tags and its funnel words.
+#[inline(always)]
+fn lines_of(bucket: &Bucket, touch: impl Fn(&AtomicU64)) {
+    touch(&bucket.tags);
+    touch(&bucket.words[0]);
 }
 
 impl Home {

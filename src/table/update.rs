@@ -3,7 +3,7 @@
 //! (`create.rs`).
 
 use super::create::Created;
-use super::lookup::Found;
+use super::lookup::{Found, Pair};
 use super::{Home, Table};
 use crate::decision::Decision;
 use crate::meter::Meter;
@@ -33,7 +33,21 @@ impl Table {
     /// hot path keeps its state in registers.
     #[inline(always)]
     pub(crate) fn decide<Q: Meter>(&self, home: &Home, now: u64, quota: &Q, n: u64) -> Decision {
-        if let Some(found) = self.find(home) {
+        self.decide_loaded(home, self.start_words(home), now, quota, n)
+    }
+
+    /// [`decide`](Self::decide) for a key whose buckets `pair` the caller has started loading
+    /// ([`start_loading`](Self::start_loading), before its clock read).
+    #[inline(always)]
+    pub(crate) fn decide_loaded<Q: Meter>(
+        &self,
+        home: &Home,
+        pair: Pair<'_>,
+        now: u64,
+        quota: &Q,
+        n: u64,
+    ) -> Decision {
+        if let Some(found) = Self::find(pair, home) {
             if let Some(decision) = charge(found, home.fp, now, quota, n) {
                 return decision;
             }

@@ -23,11 +23,18 @@ use governor::RateLimiter;
 use funnel_testkit::mutex_map::MutexMapLimiter;
 
 /// A limiter deciding one unit request for a key, now (its own clock).
+///
+/// Every competitor's methods here are `#[inline(always)]`, so that each decision is inlined
+/// into the timed loop, as a caller's own code would have it (funnel's `check` and governor's
+/// `check_key` are inline functions). With plain `#[inline]` the compiler kept the wrapper out
+/// of line inside the timed threads' closures: a call per decision, which cost funnel 102-106
+/// against 84-86 ns a decision at 10 M keys allowed (same table, same keys, the loop run on the
+/// spawned thread and on the main thread).
 pub trait Limit<K>: Sync {
     fn check(&self, key: &K) -> bool;
     /// Decides every key of `keys` in order; how many were allowed. One call per key unless
     /// the competitor has a batch API ([`Batched`]).
-    #[inline]
+    #[inline(always)]
     fn check_slice(&self, keys: &[K]) -> u64 {
         keys.iter().map(|k| u64::from(self.check(k))).sum()
     }
@@ -58,7 +65,7 @@ pub trait LimitAt<K>: Sync {
 // funnel
 
 impl<K: Hash + Sync + Send, C: FunnelClock> Limit<K> for Limiter<K, C> {
-    #[inline]
+    #[inline(always)]
     fn check(&self, key: &K) -> bool {
         Limiter::check(self, key).is_allowed()
     }
@@ -86,7 +93,7 @@ thread_local! {
 }
 
 impl<K: Hash + Sync + Send, C: FunnelClock> Limit<K> for Batched<Limiter<K, C>> {
-    #[inline]
+    #[inline(always)]
     fn check(&self, key: &K) -> bool {
         Limiter::check(&self.0, key).is_allowed()
     }
@@ -114,7 +121,7 @@ impl<K: Hash + Sync + Send, C: FunnelClock> Limit<K> for Batched<Limiter<K, C>> 
 }
 
 impl<K: Hash + Sync + Send, C: FunnelClock> LimitAt<K> for Limiter<K, C> {
-    #[inline]
+    #[inline(always)]
     fn check_at(&self, key: &K, now_ns: u64) -> bool {
         let now = Timestamp::from_nanos(now_ns).unwrap_or(Timestamp::MAX);
         Limiter::check_at(self, key, now).is_allowed()
@@ -141,7 +148,7 @@ where
     S: BuildHasher + Clone + Send + Sync,
     C: GovClock + Sync,
 {
-    #[inline]
+    #[inline(always)]
     fn check(&self, key: &K) -> bool {
         self.check_key(key).is_ok()
     }
@@ -151,7 +158,7 @@ where
 }
 
 impl<K, C: GovClock + Sync> Limit<K> for GovDirect<C> {
-    #[inline]
+    #[inline(always)]
     fn check(&self, _key: &K) -> bool {
         RateLimiter::check(self).is_ok()
     }
@@ -168,7 +175,7 @@ pub struct TraceClock;
 
 impl GovClock for TraceClock {
     type Instant = Nanos;
-    #[inline]
+    #[inline(always)]
     fn now(&self) -> Nanos {
         Nanos::new(TRACE_NOW.with(Cell::get))
     }
@@ -179,7 +186,7 @@ where
     K: Hash + Eq + Clone + Send + Sync,
     S: BuildHasher + Clone + Send + Sync,
 {
-    #[inline]
+    #[inline(always)]
     fn check_at(&self, key: &K, now_ns: u64) -> bool {
         TRACE_NOW.with(|c| c.set(now_ns));
         self.check_key(key).is_ok()
@@ -196,7 +203,7 @@ pub struct MutexMap<K, C> {
 }
 
 impl<K: Key0, C: FunnelClock> Limit<K> for MutexMap<K, C> {
-    #[inline]
+    #[inline(always)]
     fn check(&self, key: &K) -> bool {
         self.map.check(key, self.clock.now().as_nanos())
     }
@@ -206,7 +213,7 @@ impl<K: Key0, C: FunnelClock> Limit<K> for MutexMap<K, C> {
 }
 
 impl<K: Key0, C: FunnelClock> LimitAt<K> for MutexMap<K, C> {
-    #[inline]
+    #[inline(always)]
     fn check_at(&self, key: &K, now_ns: u64) -> bool {
         self.map.check(key, now_ns)
     }

@@ -157,13 +157,13 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// [`check`](Self::check) at the caller's `now` (no clock read).
     #[inline(always)]
     pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.decide_at(key, 1, now)
+        self.decide_at(key, &self.quota, 1, now)
     }
 
     /// [`check_n`](Self::check_n) at the caller's `now`.
     #[inline(always)]
     pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
-        self.decide_at(key, n, now)
+        self.decide_at(key, &self.quota, n, now)
     }
 
     /// A request of `n` units for `key` under `quota`, now. The key's bucket lines start
@@ -182,12 +182,13 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
             .decide_loaded(&home, pair, now.as_nanos(), quota, n)
     }
 
-    /// A request of `n` units for `key` at `now` under the limiter's quota: where every
-    /// decision of every algorithm happens.
+    /// A request of `n` units for `key` under `quota` at the caller's `now`: the `*_at`
+    /// decisions and the batch (the decisions that read the clock go through
+    /// [`decide_now`](Self::decide_now)).
     #[inline(always)]
-    fn decide_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
+    fn decide_at<M: Meter>(&self, key: &K, quota: &M, n: u64, now: Timestamp) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
-        self.table.decide(&home, now.as_nanos(), &self.quota, n)
+        self.table.decide(&home, now.as_nanos(), quota, n)
     }
 
     /// One unit request for each of `keys`, in order, now (one clock read for the batch),
@@ -238,7 +239,10 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
         let home = |key: &B| self.table.home(self.hasher.hash(key.borrow()));
         out.reserve(keys.len());
         if self.table.memory_bytes() < CACHED {
-            out.extend(keys.iter().map(|key| self.decide_at(key.borrow(), 1, now)));
+            out.extend(
+                keys.iter()
+                    .map(|key| self.decide_at(key.borrow(), &self.quota, 1, now)),
+            );
             return;
         }
         let mut ahead = [Home::default(); AHEAD];
@@ -298,8 +302,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// [`throttle`](Self::throttle) at the caller's `now`.
     #[inline(always)]
     pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
-        let home = self.table.home(self.hasher.hash(key));
-        self.table.decide(&home, now.as_nanos(), quota, n)
+        self.decide_at(key, quota, n, now)
     }
 
     /// The general read-modify-write of `key`'s arrival time at `now`: see `Table::update`.

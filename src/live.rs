@@ -146,7 +146,7 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// One unit request for `key`, now, under the current quota.
     #[inline]
     pub fn check(&self, key: &K) -> Decision {
-        self.limiter.throttle(key, &self.quota.load(), 1)
+        self.check_n(key, 1)
     }
 
     /// A request of `n` units for `key`, now, under the current quota.
@@ -195,7 +195,7 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// ```
     #[inline]
     pub fn peek(&self, key: &K) -> Decision {
-        self.limiter.throttle(key, &self.quota.load(), 0)
+        self.check_n(key, 0)
     }
 
     /// [`peek`](Self::peek) at the caller's `now`.

@@ -16,7 +16,7 @@
 //!   * `0`: `EMPTY`, a slot never bound to a key;
 //!   * `RESERVED(g)`, near the top of the payload range: a creator is binding the slot; `g` is
 //!     the generation it had, so the next binding can be numbered from it;
-//!   * `PENDING(g)`: the slot is the target of a move while the table grows (`table/grow.rs`);
+//!   * `PENDING(g)`: the slot is the target of a move while the table grows (`table/grow/`);
 //!     its key is bound, its funnel is still the source slot's;
 //!   * any other payload `x`: `MOVED(x)`, the sealed source of a move; `x` is the TAT it had
 //!     when sealed, which the target takes.

@@ -88,15 +88,15 @@ fn no_key_loses_or_doubles_its_debt_while_threads_race_the_growths() {
 
 /// Sixteen threads on two cores: a helper is preempted in the middle of its chunk of the
 /// migration while the others create keys. Before creators kept a reserve for the keys still to
-/// move (`grow.rs`, `MIGRATION_FILL_TWENTIETHS`) they could fill the new level, and the
+/// move (`grow/mod.rs`, `MIGRATION_FILL_TWENTIETHS`) they could fill the new level, and the
 /// preempted helper's next move found no slot and evicted a key in debt.
 #[test]
 fn no_key_loses_its_debt_when_more_threads_than_cores_race_the_growths() {
     race_the_growths(16);
 }
 
-/// `threads` threads ask for 60,000 keys five times each, in their own orders, through six
-/// growths: every key is admitted exactly its limit, no key is evicted, and the table ends with
+/// `threads` threads ask for 60,000 keys five times each, in their own orders, through five or
+/// six growths: every key is admitted exactly its limit, no key is evicted, and the table ends with
 /// every key bound once.
 fn race_the_growths(threads: usize) {
     const KEYS: u64 = 60_000;

@@ -1,7 +1,7 @@
 //! Creating a key: the locked slow path. A creator takes the key's creation lock (its stripe),
 //! looks the key up again, picks a victim slot (EMPTY, then recovered, then [`WhenFull`] or a
 //! growth), reserves it, and binds the key (`docs/DESIGN.md`, "The slot protocol"). A move
-//! while the table grows (`grow.rs`) places its key with the same victim choice.
+//! while the table grows (`grow/`) places its key with the same victim choice.
 
 use super::bucket::{Bucket, SLOTS_PER_BUCKET};
 use super::tags::tag_of;
@@ -126,7 +126,7 @@ impl Table {
                 return Created::Exists;
             }
             // The level is read under the lock: a growth that starts later waits for our unlock
-            // before moving anything (`grow.rs`, the barrier), so it sees what we bind.
+            // before moving anything (`grow/`, the barrier), so it sees what we bind.
             let (home, from) = self.homes(fp);
             let victim = match self.place(&home, now, quota) {
                 Placement::Free(victim) => victim,
@@ -310,7 +310,7 @@ impl Table {
                 }
                 SlotState::Moved { tat } => {
                     // Free once its move is over: the mover then replaces the key with a
-                    // tombstone carrying the binding's generation (`grow.rs`). Acquire: pairs
+                    // tombstone carrying the binding's generation (`grow/`). Acquire: pairs
                     // with that Release store; the RESERVED CAS on `word` revalidates.
                     match grow::tombstone_gen(bucket.keys[slot].load(Ordering::Acquire)) {
                         Some(gen) => {

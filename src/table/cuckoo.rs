@@ -127,9 +127,9 @@ impl Table {
                 // other one, or, for a key leaving `c` (an old-level bucket in the middle of a
                 // migration, not one of the key's candidates at the new level), either.
                 for other in self.home(resident).buckets().filter(|&o| o != c) {
-                    if n == out.len() {
-                        break;
-                    }
+                    // At most two buckets of seven slots, each key with at most two other
+                    // buckets: `MOST_RESIDENTS`, so `out` never runs out.
+                    debug_assert!(n < out.len());
                     self.each_line_of(other, prefetch::prefetch);
                     out[n] = Resident {
                         bucket: c,

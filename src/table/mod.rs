@@ -17,12 +17,12 @@
 //!   (`TAT <= now`), and only when none is left applies [`WhenFull`], or grows the table.
 //! * **Growing** (a table built with a maximum capacity) doubles the buckets in use inside one
 //!   allocation reserved at the maximum size, moving the keys whose buckets change while
-//!   updates go on (`grow.rs`).
+//!   updates go on (`grow/`).
 //!
 //! Modules, one job each: `bucket.rs` (layout, setting a tag, the zeroed allocation), `tags.rs`
 //! (tags and their match over both buckets), `lookup.rs` (finding and validating a key's slot,
 //! prefetching), `update.rs` (deciding and updating a present key, falling back to creation),
-//! `create.rs` (the creation lock, victim choice, [`WhenFull`]), `grow.rs` (levels, the move of a
+//! `create.rs` (the creation lock, victim choice, [`WhenFull`]), `grow/` (levels, the move of a
 //! key, migration), `stats.rs` (striped counters, [`Stats`]), `invariants.rs` (the checker tests
 //! and fuzzing run), `prefetch.rs` (the prefetch hint), and `loom.rs` (the slot protocol's loom
 //! models).
@@ -86,7 +86,7 @@ enum Shape {
         /// The number of buckets.
         len: u64,
     },
-    /// A power of two of buckets in use, doubling up to the whole allocation (`grow.rs`).
+    /// A power of two of buckets in use, doubling up to the whole allocation (`grow/`).
     Grows(Growth),
 }
 
@@ -186,7 +186,7 @@ impl Table {
     /// Where the key with this 64-bit hash lives now.
     #[inline(always)]
     pub(crate) fn home(&self, hash: u64) -> Home {
-        // Fingerprints 0 to 3 are not keys (no key, and the tombstones of `grow.rs`).
+        // Fingerprints 0 to 3 are not keys (no key, and the tombstones of `grow/`).
         let fp = hash.max(grow::FIRST_FP);
         let (first, second) = match &self.shape {
             Shape::Fixed { len } => fixed_candidates(fp, *len),

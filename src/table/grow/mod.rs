@@ -59,8 +59,8 @@ const MIGRATE_TRIES: u32 = 256;
 const MIGRATE_TRIES: u32 = 1;
 /// While a migration is under way, new keys are created only while fewer than this share of the
 /// new level's slots (in twentieths) hold keys; past it, their creators help the migration or
-/// wait for it to end (`help_before_creating`). A growth starts when the old level is full (at
-/// most 95% of its slots with the cuckoo step), so about 47% of the new one; the keys still to
+/// wait for it to end (`help_before_creating`). A growth starts when the old level is full (about
+/// 90% of its slots with the cuckoo step, which stops at 95%), so about 45% of the new one; the keys still to
 /// move need room there. Without this reserve, creators on other threads filled the whole new
 /// level while one helper was preempted in the middle of its chunk, whose keys then found no
 /// slot anywhere and evicted a key in debt, admitted too early on its next request: once in 79
@@ -672,8 +672,8 @@ mod tests {
     }
 
     /// The last resort of a migration's move, which no stress test reaches: the key to move
-    /// finds both its new buckets full of funnels in debt that no cuckoo step can move (their
-    /// keys have no other bucket), and in the end evicts the least indebted of them, counted
+    /// finds both its new buckets full of funnels in debt that no cuckoo step can move (each of
+    /// their keys' other bucket is the other full target), and in the end evicts the least indebted of them, counted
     /// as a forced eviction, even in a table whose `WhenFull` turns new keys away. The moved
     /// key keeps its debt, the migration settles, and no key is bound twice. (That the
     /// eviction waits for the last try is `move_key`'s loop; this test does not time it.)

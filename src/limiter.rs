@@ -168,11 +168,11 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
 
     /// A request of `n` units for `key` under `quota`, now. The key's bucket lines start
     /// loading before the clock is read: the read (`rdtsc` on x86_64) holds back the loads
-    /// that follow it, so issued first they overlap it. On the reference VM, 10 M `u64` keys
-    /// allowed: 108-110 ns a decision reading first, 91-95 ns hinting first; 1,000 keys a
-    /// little faster too; denials within the VM's spread (`examples/icount.rs`, `u64clock`
-    /// mode; docs/DESIGN.md, "Reading the time"). The lookup then uses the buckets
-    /// `start_loading` indexed, without hinting them again.
+    /// that follow it, so issued first they overlap it. The lookup then uses the buckets
+    /// `start_loading` indexed, without hinting them again. On the reference VM, 10 M `u64`
+    /// keys allowed: 108-110 ns a decision reading first, 91-95 ns hinting first, 85-90 ns
+    /// with the single indexing; 1,000 keys a little faster too; denials within the VM's
+    /// spread (`examples/icount.rs`, `u64clock` mode; docs/DESIGN.md, "Reading the time").
     #[inline(always)]
     fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));

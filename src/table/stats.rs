@@ -30,8 +30,8 @@ pub struct Stats {
     /// New keys placed in the slot of a key whose funnel had fully recovered (free: that key
     /// loses nothing).
     pub recovered_evictions: u64,
-    /// New keys placed by evicting a funnel still in debt ([`WhenFull::Evict`](crate::WhenFull::Evict)),
-    /// and keys a growing table's migration could find no other room for (a last resort,
+    /// New keys placed by evicting a funnel still in debt
+    /// ([`WhenFull::Evict`](crate::WhenFull::Evict)), and keys a growing table's migration could find no other room for (a last resort,
     /// whatever the [`WhenFull`](crate::WhenFull)).
     pub forced_evictions: u64,
     /// New keys turned away because the table was full ([`WhenFull::Deny`](crate::WhenFull::Deny)).

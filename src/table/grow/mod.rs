@@ -59,9 +59,9 @@ const MIGRATE_TRIES: u32 = 256;
 const MIGRATE_TRIES: u32 = 1;
 /// While a migration is under way, new keys are created only while fewer than this share of the
 /// new level's slots (in twentieths) hold keys; past it, their creators help the migration or
-/// wait for it to end (`help_before_creating`). A growth starts when the old level is full (about
-/// 90% of its slots with the cuckoo step, which stops at 95%), so about 45% of the new one; the keys still to
-/// move need room there. Without this reserve, creators on other threads filled the whole new
+/// wait for it to end (`help_before_creating`). A growth starts when the old level is full
+/// (about 90% of its slots with the cuckoo step, which stops at 95%), so about 45% of the new
+/// one; the keys still to move need room there. Without this reserve, creators on other threads filled the whole new
 /// level while one helper was preempted in the middle of its chunk, whose keys then found no
 /// slot anywhere and evicted a key in debt, admitted too early on its next request: once in 79
 /// runs, then once in 300, of the four-thread growth test (`tests/growth.rs`), and, with the
@@ -446,7 +446,8 @@ impl Table {
     /// False when nothing moved: the source no longer held the key (evicted by a creator of
     /// another key), or no target slot could be had (every mode but a migration's last try,
     /// `Mode::Migrate { evict: true }`, which evicts rather than fail).
-    #[allow(clippy::too_many_arguments)] // the move's source, target and who moves: one call site each
+    // The move's source, target and who moves: one call site each.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn relocate<Q: Meter>(
         &self,
         fp: u64,
@@ -673,8 +674,9 @@ mod tests {
 
     /// The last resort of a migration's move, which no stress test reaches: the key to move
     /// finds both its new buckets full of funnels in debt that no cuckoo step can move (each of
-    /// their keys' other bucket is the other full target), and in the end evicts the least indebted of them, counted
-    /// as a forced eviction, even in a table whose `WhenFull` turns new keys away. The moved
+    /// their keys' other bucket is the other full target), and in the end evicts the least
+    /// indebted of them, counted as a forced eviction, even in a table whose `WhenFull` turns
+    /// new keys away. The moved
     /// key keeps its debt, the migration settles, and no key is bound twice. (That the
     /// eviction waits for the last try is `move_key`'s loop; this test does not time it.)
     #[test]

@@ -33,11 +33,11 @@ enum Seen<'a> {
 }
 
 impl Table {
-    /// `home`'s buckets, their funnel words' lines hinted: what [`find`](Self::find) looks in
-    /// when the caller has not started loading them.
+    /// A lookup of `home` with its buckets' funnel-word lines hinted: what
+    /// [`find`](Self::find) takes when the caller has not started loading them.
     #[inline(always)]
-    pub(super) fn start_words(&self, home: &Home) -> Pair<'_> {
-        let pair = self.pair(home);
+    pub(super) fn start_words(&self, home: &Home) -> Probe<'_> {
+        let probe = self.probe(home);
         // Start loading the funnel words' lines now, so that on a table larger than the caches
         // their misses overlap the tag lines' instead of following them once the tags have
         // matched. At 10 M keys a denial takes 85-87 -> 71-72 ns and an allowed decision
@@ -48,19 +48,23 @@ impl Table {
         // which prefetched these lines already, decides no faster without it (1 M and 10 M
         // keys, `batch` mode).
         // Off x86_64 no hint (`prefetch::hint` says why).
-        prefetch::hint(&pair.first.words[0]);
-        prefetch::hint(&pair.second.words[0]);
-        pair
+        prefetch::hint(&probe.first.words[0]);
+        prefetch::hint(&probe.second.words[0]);
+        probe
     }
 
-    /// The hot path: the live slot bound to `home.fp`, if one of its candidate slots at the
-    /// level in use holds it, looking in `home`'s buckets `pair`, whose lines the caller has
-    /// started loading ([`start_words`](Self::start_words), or
+    /// The hot path: the live slot bound to the key of `probe`, if one of its candidate slots
+    /// at the level in use holds it, looking in the buckets `probe` indexed, whose lines the
+    /// caller has started loading ([`start_words`](Self::start_words), or
     /// [`start_loading`](Self::start_loading) before a clock read). `None` sends the caller to
     /// [`locate`](Self::locate), which also knows the states a growing table passes through.
     #[inline(always)]
-    pub(super) fn find<'a>(pair: Pair<'a>, home: &Home) -> Option<Found<'a>> {
-        let Pair { first, second } = pair;
+    pub(super) fn find(probe: Probe<'_>) -> Option<Found<'_>> {
+        let Probe {
+            home,
+            first,
+            second,
+        } = probe;
         // Relaxed: tags are a filter (`tags.rs`); every candidate is validated below, and a
         // stale miss only sends us to the slow path, which reads every slot of the buckets.
         let mut slots = candidates(
@@ -156,17 +160,17 @@ impl Table {
     /// only (`prefetch::hint`), given before the caller reads the clock, which would otherwise
     /// hold the loads back (`Limiter::decide_now`).
     #[inline(always)]
-    pub(crate) fn start_loading(&self, home: &Home) -> Pair<'_> {
+    pub(crate) fn start_loading(&self, home: &Home) -> Probe<'_> {
         self.each_line(home, prefetch::hint)
     }
 
     /// `touch` on a word of each line of `home`'s buckets: both buckets' tags and funnel words.
     #[inline(always)]
-    fn each_line(&self, home: &Home, touch: impl Fn(&AtomicU64)) -> Pair<'_> {
-        let pair = self.pair(home);
-        lines_of(pair.first, &touch);
-        lines_of(pair.second, &touch);
-        pair
+    fn each_line(&self, home: &Home, touch: impl Fn(&AtomicU64)) -> Probe<'_> {
+        let probe = self.probe(home);
+        lines_of(probe.first, &touch);
+        lines_of(probe.second, &touch);
+        probe
     }
 
     /// `touch` on a word of each of bucket `b`'s two lines: its tags and its funnel words.
@@ -175,21 +179,32 @@ impl Table {
         lines_of(&self.buckets[b], touch);
     }
 
-    /// `home`'s two candidate buckets.
+    /// A lookup of `home`: its two candidate buckets, indexed.
     #[inline(always)]
-    fn pair(&self, home: &Home) -> Pair<'_> {
-        Pair {
+    fn probe(&self, home: &Home) -> Probe<'_> {
+        Probe {
+            home: *home,
             first: &self.buckets[home.first],
             second: &self.buckets[home.second],
         }
     }
 }
 
-/// A key's two candidate buckets (the same one twice when they coincide), indexed once.
+/// A lookup under way: a key's home and its two candidate buckets (the same one twice when
+/// they coincide), indexed once. Made only by the table, from the home it carries, so the
+/// buckets are always that key's.
 #[derive(Clone, Copy)]
-pub(crate) struct Pair<'a> {
+pub(crate) struct Probe<'a> {
+    home: Home,
     first: &'a Bucket,
     second: &'a Bucket,
+}
+
+impl Probe<'_> {
+    /// The key's fingerprint.
+    pub(super) fn fp(&self) -> u64 {
+        self.home.fp
+    }
 }
 
 /// `touch` on a word of each of `bucket`'s two lines: its tags and its funnel words.

@@ -109,7 +109,7 @@ pub(super) fn bind(table: &Table, hash: u64, tat: u64) {
 /// The arrival time of the funnel bound to `hash`, if the key is tracked.
 fn tat_of(table: &Table, hash: u64) -> Option<u64> {
     let home = table.home(hash);
-    match state::decode(Table::find(table.start_words(&home), &home)?.word) {
+    match state::decode(Table::find(table.start_words(&home))?.word) {
         SlotState::Live { tat, .. } => Some(tat),
         other => panic!("find returned a {other:?} word"),
     }

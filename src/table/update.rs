@@ -3,7 +3,7 @@
 //! (`create.rs`).
 
 use super::create::Created;
-use super::lookup::{Found, Pair};
+use super::lookup::{Found, Probe};
 use super::{Home, Table};
 use crate::decision::Decision;
 use crate::meter::Meter;
@@ -33,26 +33,26 @@ impl Table {
     /// hot path keeps its state in registers.
     #[inline(always)]
     pub(crate) fn decide<Q: Meter>(&self, home: &Home, now: u64, quota: &Q, n: u64) -> Decision {
-        self.decide_loaded(home, self.start_words(home), now, quota, n)
+        self.decide_loaded(self.start_words(home), now, quota, n)
     }
 
-    /// [`decide`](Self::decide) for a key whose buckets `pair` the caller has started loading
+    /// [`decide`](Self::decide) for a lookup whose buckets the caller has started loading
     /// ([`start_loading`](Self::start_loading), before its clock read).
     #[inline(always)]
     pub(crate) fn decide_loaded<Q: Meter>(
         &self,
-        home: &Home,
-        pair: Pair<'_>,
+        probe: Probe<'_>,
         now: u64,
         quota: &Q,
         n: u64,
     ) -> Decision {
-        if let Some(found) = Self::find(pair, home) {
-            if let Some(decision) = charge(found, home.fp, now, quota, n) {
+        let fp = probe.fp();
+        if let Some(found) = Self::find(probe) {
+            if let Some(decision) = charge(found, fp, now, quota, n) {
                 return decision;
             }
         }
-        self.decide_slow(home.fp, now, quota, n)
+        self.decide_slow(fp, now, quota, n)
     }
 
     /// [`decide`](Self::decide) when the key was not found where the hot path looks, or its

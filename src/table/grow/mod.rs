@@ -80,10 +80,35 @@ const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 /// An index no table reaches: the migration's chunks may not be claimed yet.
 const NOT_READY: u64 = 1 << 47;
 
+/// What a growable table's `state` word says: the level in use and whether keys are still
+/// being moved into it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Level {
+    /// `2^level - 1` for the level in use (while migrating, the new level's).
+    mask: u64,
+    /// Whether keys are still being moved into it from the level below.
+    migrating: bool,
+}
+
+impl Level {
+    /// The level a `state` word holds.
+    #[inline(always)]
+    fn decode(state: u64) -> Level {
+        Level {
+            mask: state >> 1,
+            migrating: state & 1 == 1,
+        }
+    }
+
+    /// The `state` word that holds this level: `(mask << 1) | migrating`.
+    fn encode(self) -> u64 {
+        (self.mask << 1) | u64::from(self.migrating)
+    }
+}
+
 /// The state of a growable table.
 pub(super) struct Growth {
-    /// `(mask << 1) | migrating`: `mask` is `2^level - 1` for the level in use (while
-    /// migrating, the new level's), `migrating` whether keys are still being moved into it.
+    /// The level in use, [`Level::encode`]d.
     state: AtomicU64,
     /// The largest level.
     max: u32,
@@ -103,7 +128,13 @@ pub(super) struct Growth {
 impl Growth {
     pub(super) fn new(min: u32, max: u32) -> Growth {
         Growth {
-            state: AtomicU64::new(((1 << min) - 1) << 1),
+            state: AtomicU64::new(
+                Level {
+                    mask: (1 << min) - 1,
+                    migrating: false,
+                }
+                .encode(),
+            ),
             max,
             next: AtomicU64::new(NOT_READY),
             done: AtomicUsize::new(0),
@@ -115,21 +146,26 @@ impl Growth {
         }
     }
 
-    /// The bucket mask of the level in use.
+    /// The level in use.
     #[inline(always)]
-    pub(super) fn mask_in_use(&self) -> u64 {
+    fn level(&self) -> Level {
         // Acquire: pairs with the Release stores that publish a level (`start_growth`,
         // `help_migrate`). The hot path needs no more than a mask (a stale one only makes it
         // miss and take the slow path, which reads the state again); creators read it under
         // their lock, which the barrier argument needs.
-        self.state.load(Ordering::Acquire) >> 1
+        Level::decode(self.state.load(Ordering::Acquire))
+    }
+
+    /// The bucket mask of the level in use.
+    #[inline(always)]
+    pub(super) fn mask_in_use(&self) -> u64 {
+        self.level().mask
     }
 
     /// Whether keys are being moved into the level in use.
     #[cfg(not(funnel_loom))]
     fn migrating(&self) -> bool {
-        // Acquire: as in `mask_in_use`.
-        self.state.load(Ordering::Acquire) & 1 == 1
+        self.level().migrating
     }
 
     pub(super) fn buckets_in_use(&self) -> usize {
@@ -201,8 +237,7 @@ impl Table {
         let Some(g) = self.growth() else {
             return (self.home(fp), None);
         };
-        // Acquire: as in `mask_in_use`.
-        let s = g.state.load(Ordering::Acquire);
+        let level = g.level();
         let at = |mask: u64| {
             let (first, second) = candidates(fp, mask);
             Home {
@@ -212,15 +247,18 @@ impl Table {
                 second,
             }
         };
-        let mask = s >> 1;
-        (at(mask), (s & 1 == 1).then(|| at(mask >> 1)))
+        (at(level.mask), level.migrating.then(|| at(level.mask >> 1)))
     }
 
     /// Whether the table is migrating keys into the level whose bucket mask is `mask`.
     fn migrating_to(&self, mask: u64) -> bool {
-        // Acquire: as in `mask_in_use`.
-        self.growth()
-            .is_some_and(|g| g.state.load(Ordering::Acquire) == (mask << 1) | 1)
+        self.growth().is_some_and(|g| {
+            g.level()
+                == Level {
+                    mask,
+                    migrating: true,
+                }
+        })
     }
 
     /// What a creator of `fp` does before creating it in a growable table: while a migration
@@ -259,9 +297,8 @@ impl Table {
     /// level or in the middle of a migration.
     pub(super) fn can_grow(&self) -> bool {
         self.growth().is_some_and(|g| {
-            // Acquire: as in `mask_in_use`.
-            let s = g.state.load(Ordering::Acquire);
-            s & 1 == 1 || level_of(s >> 1) < g.max
+            let level = g.level();
+            level.migrating || level_of(level.mask) < g.max
         })
     }
 
@@ -301,12 +338,11 @@ impl Table {
         {
             return false; // another thread is starting one
         }
-        // Acquire: pairs with the Release that settled the previous migration, so its moves
-        // are all done before we publish a new one.
-        let s = g.state.load(Ordering::Acquire);
-        let mask = s >> 1;
-        let level = level_of(mask);
-        let start = s & 1 == 0 && level < g.max;
+        // Acquire (`Growth::level`): pairs with the Release that settled the previous
+        // migration, so its moves are all done before we publish a new one.
+        let in_use = g.level();
+        let level = level_of(in_use.mask);
+        let start = !in_use.migrating && level < g.max;
         if start {
             // Relaxed: published to helpers by the Release store of `next` below, which they
             // Acquire before adding to `done`.
@@ -318,8 +354,11 @@ impl Table {
             // Release: pairs with the Acquire loads of the state, so a creator that reads the
             // new level under its lock places by it; the barrier below makes sure no creator
             // that read the old one is still placing.
-            g.state
-                .store((((mask << 1) | 1) << 1) | 1, Ordering::Release);
+            let next = Level {
+                mask: (in_use.mask << 1) | 1,
+                migrating: true,
+            };
+            g.state.store(next.encode(), Ordering::Release);
             for stripe in g.locks.iter() {
                 // Taking each lock once: a creator that read the old level under it has unlocked
                 // (Release), and our Acquire makes its binding visible here, so to every helper
@@ -373,7 +412,11 @@ impl Table {
         if done as u64 == old {
             // Release: readers and creators that Acquire the settled state see every move, so
             // they stop looking at the old level only once nothing is left there.
-            g.state.store(new_mask << 1, Ordering::Release);
+            let settled = Level {
+                mask: new_mask,
+                migrating: false,
+            };
+            g.state.store(settled.encode(), Ordering::Release);
         }
         true
     }

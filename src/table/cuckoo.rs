@@ -11,7 +11,7 @@
 
 use super::bucket::SLOTS_PER_BUCKET;
 use super::create::{try_lock, Placement};
-use super::grow::{Mode, FIRST_FP};
+use super::grow::{Mode, Relocated, FIRST_FP};
 use super::tags::tag_of;
 use super::{prefetch, Home, Table};
 use crate::meter::Meter;
@@ -170,8 +170,8 @@ impl Table {
             second: r.other,
         };
         // `relocate` checks again that the source still holds the key, live (it may have
-        // been updated, evicted or moved since the scan): false if not.
-        self.relocate(r.fp, r.bucket, r.slot, &to, now, quota, Mode::Cuckoo)
+        // been updated, evicted or moved since the scan): `Gone` if not.
+        self.relocate(r.fp, r.bucket, r.slot, &to, now, quota, Mode::Cuckoo) == Relocated::Done
     }
 }
 

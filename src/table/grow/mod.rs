@@ -471,11 +471,10 @@ impl Table {
                     return;
                 }
                 let evict = round == MIGRATE_TRIES;
-                if self.relocate(fp, b, slot, &home, now, quota, Mode::Migrate { evict }) {
-                    return;
-                }
-                if live_word(&self.buckets[b], slot, fp).is_none() {
-                    return; // evicted by a creator of another key, or moved by another helper
+                match self.relocate(fp, b, slot, &home, now, quota, Mode::Migrate { evict }) {
+                    // Moved, or evicted by a creator of another key: nothing left to move.
+                    Relocated::Done | Relocated::Gone => return,
+                    Relocated::NoRoom => {}
                 }
             }
             // No room yet among the key's candidates: wait, without the key's lock (another
@@ -486,8 +485,8 @@ impl Table {
 
     /// The move itself, under `fp`'s creation lock (held by the caller): from slot `slot` of
     /// bucket `b` to a slot of `to`'s buckets, or a drop if the funnel has recovered by `now`.
-    /// False when nothing moved: the source no longer held the key (evicted by a creator of
-    /// another key), or no target slot could be had (every mode but a migration's last try,
+    /// Nothing moves when the source no longer holds the key ([`Relocated::Gone`]) or no target
+    /// slot can be had ([`Relocated::NoRoom`]: every mode but a migration's last try,
     /// `Mode::Migrate { evict: true }`, which evicts rather than fail).
     // The move's source, target and who moves: one call site each.
     #[allow(clippy::too_many_arguments)]
@@ -500,7 +499,7 @@ impl Table {
         now: u64,
         quota: &Q,
         mode: Mode,
-    ) -> bool {
+    ) -> Relocated {
         let source = &self.buckets[b];
         let mut target: Option<Found<'_>> = None;
         loop {
@@ -509,13 +508,13 @@ impl Table {
                 if let Some(target) = target {
                     self.abandon(fp, target);
                 }
-                return false;
+                return Relocated::Gone;
             };
             let tat = state::tat_of(word);
             if quota.expiry(tat) > now && target.is_none() {
                 match self.pending_target(to, now, quota, mode) {
                     Some(placed) => target = Some(placed),
-                    None => return false,
+                    None => return Relocated::NoRoom,
                 }
                 continue; // the source may have changed while we placed the target
             }
@@ -547,7 +546,7 @@ impl Table {
                 &shard.dropped
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            return true;
+            return Relocated::Done;
         }
     }
 
@@ -646,6 +645,18 @@ impl Table {
         // Relaxed: a statistic.
         self.shard(fp).vacated.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// How a [`Table::relocate`] ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Relocated {
+    /// Moved, or dropped because its funnel had recovered: the source is sealed and vacated.
+    Done,
+    /// The source no longer held the key live: evicted by a creator of another key (or being
+    /// evicted). Any target already placed was abandoned.
+    Gone,
+    /// No target slot could be had, and the mode may not evict: nothing changed.
+    NoRoom,
 }
 
 /// Who moves a key, which decides what a move may do when its target buckets are full.

@@ -202,6 +202,7 @@ pub(crate) struct Probe<'a> {
 
 impl Probe<'_> {
     /// The key's fingerprint.
+    #[inline(always)]
     pub(super) fn fp(&self) -> u64 {
         self.home.fp
     }

@@ -472,7 +472,8 @@ impl Table {
                 }
                 let evict = round == MIGRATE_TRIES;
                 match self.relocate(fp, b, slot, &home, now, quota, Mode::Migrate { evict }) {
-                    // Moved, or evicted by a creator of another key: nothing left to move.
+                    // Moved or dropped; or gone: evicted by a creator of another key, or moved
+                    // out already by a cuckoo step this move made for room. Nothing to move.
                     Relocated::Done | Relocated::Gone => return,
                     Relocated::NoRoom => {}
                 }
@@ -653,9 +654,12 @@ pub(super) enum Relocated {
     /// Moved, or dropped because its funnel had recovered: the source is sealed and vacated.
     Done,
     /// The source no longer held the key live: evicted by a creator of another key (or being
-    /// evicted). Any target already placed was abandoned.
+    /// evicted), or moved out already by a cuckoo step that a move of it made for room. Any
+    /// target already placed was abandoned.
     Gone,
-    /// No target slot could be had, and the mode may not evict: nothing changed.
+    /// No target slot could be had, and the mode may not evict: no target was placed. The
+    /// cuckoo steps tried for room may have moved other keys, or this one (the caller's next
+    /// try sees which).
     NoRoom,
 }
 

@@ -181,7 +181,7 @@ impl Table {
 
     /// A lookup of `home`: its two candidate buckets, indexed.
     #[inline(always)]
-    fn probe(&self, home: &Home) -> Probe<'_> {
+    pub(super) fn probe(&self, home: &Home) -> Probe<'_> {
         Probe {
             home: *home,
             first: &self.buckets[home.first],

@@ -61,12 +61,12 @@ const MIGRATE_TRIES: u32 = 1;
 /// new level's slots (in twentieths) hold keys; past it, their creators help the migration or
 /// wait for it to end (`help_before_creating`). A growth starts when the old level is full
 /// (about 90% of its slots with the cuckoo step, which stops at 95%), so about 45% of the new
-/// one; the keys still to move need room there. Without this reserve, creators on other threads filled the whole new
-/// level while one helper was preempted in the middle of its chunk, whose keys then found no
-/// slot anywhere and evicted a key in debt, admitted too early on its next request: once in 79
-/// runs, then once in 300, of the four-thread growth test (`tests/growth.rs`), and, with the
-/// waits of [`MIGRATE_TRIES`] but no reserve, once in 60 runs of the sixteen-thread one (0 in
-/// 300 with both, and the two-step search).
+/// one; the keys still to move need room there. Without this reserve, creators on other
+/// threads filled the whole new level while one helper was preempted in the middle of its
+/// chunk, whose keys then found no slot anywhere and evicted a key in debt, admitted too early
+/// on its next request: once in 79 runs, then once in 300, of the four-thread growth test
+/// (`tests/growth.rs`), and, with the waits of [`MIGRATE_TRIES`] but no reserve, once in 60
+/// runs of the sixteen-thread one (0 in 300 with both, and the two-step search).
 #[cfg(not(funnel_loom))]
 const MIGRATION_FILL_TWENTIETHS: u64 = 15;
 /// Buckets of the old level a helper splits per slow-path request.
@@ -488,7 +488,8 @@ impl Table {
     /// bucket `b` to a slot of `to`'s buckets, or a drop if the funnel has recovered by `now`.
     /// Nothing moves when the source no longer holds the key ([`Relocated::Gone`]) or no target
     /// slot can be had ([`Relocated::NoRoom`]: every mode but a migration's last try,
-    /// `Mode::Migrate { evict: true }`, which evicts rather than fail).
+    /// `Mode::Migrate { evict: true }`, which evicts rather than fail, unless the key has
+    /// reached one of its targets meanwhile).
     // The move's source, target and who moves: one call site each.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn relocate<Q: Meter>(
@@ -604,6 +605,13 @@ impl Table {
                     if !evict {
                         return None;
                     }
+                    // The second of two steps may have moved this very key on (a resident of an
+                    // old bucket, its lock ours already) into one of its targets. It then needs
+                    // no target, and evicting a key in debt for one would lose that key's debt
+                    // for nothing; `relocate` finds the source gone on its next look.
+                    if Self::find(self.probe(home)).is_some() {
+                        return None;
+                    }
                     least
                 }
                 (Placement::Busy, Mode::Migrate { .. }) => {
@@ -657,9 +665,9 @@ pub(super) enum Relocated {
     /// evicted), or moved out already by a cuckoo step that a move of it made for room. Any
     /// target already placed was abandoned.
     Gone,
-    /// No target slot could be had, and the mode may not evict: no target was placed. The
-    /// cuckoo steps tried for room may have moved other keys, or this one (the caller's next
-    /// try sees which).
+    /// No target was placed: no slot could be had and the mode may not evict, or the cuckoo
+    /// steps tried for room moved this key itself into one of its targets. They may also have
+    /// moved other keys; the caller's next try sees where the key is.
     NoRoom,
 }
 

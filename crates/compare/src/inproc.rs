@@ -1,5 +1,7 @@
 //! Workloads 1–5 and the key-space sweep, for every in-process competitor.
 
+use std::time::Duration;
+
 use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist, Key};
@@ -8,7 +10,7 @@ use crate::limiters::{
     mutex_real, Batched, ClockPolicy, GovKeyed, Limit, QuotaKind,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
-use crate::runner::{best_of, prefill, timed};
+use crate::runner::{best_of, prefill, timed, Run};
 use crate::Ctx;
 
 #[derive(Clone, Debug)]
@@ -137,7 +139,7 @@ impl Comp {
 
     /// Every competitor of the in-process tables. To add one: a variant here, its label, its
     /// place in `competitors`, its prefill estimate in `prefill_weight`, and how to build it
-    /// for each clock policy in `bench` (anything implementing `limiters::Limit`).
+    /// for each clock policy in `enter` (anything implementing `limiters::Limit`).
     pub const IN_TABLE: [Comp; 7] = [
         Comp::Funnel,
         Comp::FunnelBatch,
@@ -246,59 +248,141 @@ fn run_workload<K: Key>(ctx: &mut Ctx, wl: &Workload) -> Result<(), String> {
     ctx.progress
         .advance(keygen_weight(wl, K::NAME == "String", threads));
     for quota in [QuotaKind::Allow, QuotaKind::Deny] {
+        let mut field = Vec::new();
         for comp in competitors(wl, K::NAME) {
-            bench::<K>(ctx, wl, quota, comp, &arrays)?;
+            field.push(enter::<K>(ctx, wl, quota, comp)?);
+        }
+        measure(ctx, wl, quota, &mut field, &arrays)?;
+        for entry in field {
+            ctx.progress.begin(format!(
+                "{} {} {} {}: freeing",
+                wl.name,
+                K::NAME,
+                quota.label(),
+                entry.contender.comp().label()
+            ));
+            drop(entry);
         }
     }
     Ok(())
 }
 
-/// Builds the competitor for the clock policy and measures it.
-fn bench<K: Key>(
+/// A competitor built for the clock policy, as the measuring loop sees it: whatever its type,
+/// one timed run at a time (the decisions themselves stay inlined into `timed`'s loop, which is
+/// generic over the limiter; only the call per run goes through this trait).
+trait Contender<K> {
+    fn comp(&self) -> Comp;
+    /// Replaces the limiter by a fresh one (churn: every run starts empty).
+    fn renew(&mut self) -> Result<(), String>;
+    fn prefill(&self, key_space: u64, threads: usize);
+    fn timed(&self, arrays: &[Vec<K>], threads: usize, duration: Duration, cycle: bool) -> Run;
+    fn state(&self) -> Option<TableState>;
+    fn keys_held(&self) -> Option<usize>;
+    fn slots(&self) -> Option<usize>;
+}
+
+struct Built<L, F> {
+    comp: Comp,
+    lim: L,
+    make: F,
+}
+
+impl<K: Key, L: Limit<K>, F: Fn() -> Result<L, String>> Contender<K> for Built<L, F> {
+    fn comp(&self) -> Comp {
+        self.comp
+    }
+
+    fn renew(&mut self) -> Result<(), String> {
+        let fresh = (self.make)()?;
+        drop(std::mem::replace(&mut self.lim, fresh));
+        Ok(())
+    }
+
+    fn prefill(&self, key_space: u64, threads: usize) {
+        prefill(&self.lim, key_space, threads, K::from_id);
+    }
+
+    fn timed(&self, arrays: &[Vec<K>], threads: usize, duration: Duration, cycle: bool) -> Run {
+        timed(&self.lim, arrays, threads, duration, cycle)
+    }
+
+    fn state(&self) -> Option<TableState> {
+        self.lim.funnel_stats().map(|(held, s)| TableState {
+            slots: self.lim.slots().unwrap_or(0),
+            held,
+            forced: s.forced_evictions,
+            recovered: s.recovered_evictions,
+        })
+    }
+
+    fn keys_held(&self) -> Option<usize> {
+        self.lim.keys_held()
+    }
+
+    fn slots(&self) -> Option<usize> {
+        self.lim.slots()
+    }
+}
+
+fn built<K: Key, L: Limit<K> + 'static>(
+    comp: Comp,
+    make: impl Fn() -> Result<L, String> + 'static,
+) -> Result<Box<dyn Contender<K>>, String> {
+    let lim = make()?;
+    Ok(Box::new(Built { comp, lim, make }))
+}
+
+/// A competitor in the field, prefilled, with what its rows' notes report.
+struct Entry<K> {
+    contender: Box<dyn Contender<K>>,
+    /// Seconds the prefill took, and on how many threads.
+    prefill_time: Option<(f64, usize)>,
+    table_prefill: Option<TableState>,
+}
+
+/// Builds competitor `comp` for the clock policy and prefills it.
+fn enter<K: Key>(
     ctx: &mut Ctx,
     wl: &Workload,
     quota: QuotaKind,
     comp: Comp,
-    arrays: &[Vec<K>],
-) -> Result<(), String> {
+) -> Result<Entry<K>, String> {
     let (fq, gq) = (quota.funnel(), quota.governor());
     let cap = wl.capacity;
-    let m = Measure {
-        wl,
-        quota,
-        comp,
-        arrays,
-    };
-    match (comp, ctx.opts.clock) {
-        (Comp::Funnel, ClockPolicy::Real) => m.run(ctx, || funnel_real::<K>(fq, cap)),
-        (Comp::Funnel, ClockPolicy::Manual) => m.run(ctx, || funnel_manual::<K>(fq, cap)),
+    let contender = match (comp, ctx.opts.clock) {
+        (Comp::Funnel, ClockPolicy::Real) => built(comp, move || funnel_real::<K>(fq, cap)),
+        (Comp::Funnel, ClockPolicy::Manual) => built(comp, move || funnel_manual::<K>(fq, cap)),
         (Comp::FunnelBatch, ClockPolicy::Real) => {
-            m.run(ctx, || funnel_real::<K>(fq, cap).map(Batched))
+            built(comp, move || funnel_real::<K>(fq, cap).map(Batched))
         }
         (Comp::FunnelBatch, ClockPolicy::Manual) => {
-            m.run(ctx, || funnel_manual::<K>(fq, cap).map(Batched))
+            built(comp, move || funnel_manual::<K>(fq, cap).map(Batched))
         }
-        (Comp::FunnelGrown, ClockPolicy::Real) => m.run(ctx, || funnel_grown_real::<K>(fq, cap)),
+        (Comp::FunnelGrown, ClockPolicy::Real) => {
+            built(comp, move || funnel_grown_real::<K>(fq, cap))
+        }
         (Comp::FunnelGrown, ClockPolicy::Manual) => {
-            m.run(ctx, || funnel_grown_manual::<K>(fq, cap))
+            built(comp, move || funnel_grown_manual::<K>(fq, cap))
         }
-        (Comp::GovDirect, ClockPolicy::Real) => m.run(ctx, || Ok(RateLimiter::direct(gq))),
-        (Comp::GovDirect, ClockPolicy::Manual) => {
-            m.run(ctx, || Ok(RateLimiter::direct_with_clock(gq, fake_clock())))
+        (Comp::GovDirect, ClockPolicy::Real) => built(comp, move || Ok(RateLimiter::direct(gq))),
+        (Comp::GovDirect, ClockPolicy::Manual) => built(comp, move || {
+            Ok(RateLimiter::direct_with_clock(gq, fake_clock()))
+        }),
+        (Comp::GovKeyed, ClockPolicy::Real) => {
+            built(comp, move || Ok(RateLimiter::<K, _, _>::keyed(gq)))
         }
-        (Comp::GovKeyed, ClockPolicy::Real) => m.run(ctx, || Ok(RateLimiter::<K, _, _>::keyed(gq))),
-        (Comp::GovKeyed, ClockPolicy::Manual) => m.run(ctx, || {
+        (Comp::GovKeyed, ClockPolicy::Manual) => built(comp, move || {
             let l: GovKeyed<K, std::hash::RandomState, _> =
                 RateLimiter::dashmap_with_clock(gq, fake_clock());
             Ok(l)
         }),
-        (Comp::GovKeyedAhash, ClockPolicy::Real) => m.run(ctx, || {
+        (Comp::GovKeyedAhash, ClockPolicy::Real) => built(comp, move || {
             Ok(RateLimiter::<K, _, _>::dashmap_with_hasher(
                 gq,
                 ahash::RandomState::new(),
             ))
         }),
-        (Comp::GovKeyedAhash, ClockPolicy::Manual) => m.run(ctx, || {
+        (Comp::GovKeyedAhash, ClockPolicy::Manual) => built(comp, move || {
             let l: GovKeyed<K, ahash::RandomState, _> = RateLimiter::dashmap_with_clock_and_hasher(
                 gq,
                 fake_clock(),
@@ -306,151 +390,174 @@ fn bench<K: Key>(
             );
             Ok(l)
         }),
-        (Comp::MutexMap, ClockPolicy::Real) => m.run(ctx, || Ok(mutex_real::<K>(quota))),
-        (Comp::MutexMap, ClockPolicy::Manual) => m.run(ctx, || Ok(mutex_manual::<K>(quota))),
+        (Comp::MutexMap, ClockPolicy::Real) => built(comp, move || Ok(mutex_real::<K>(quota))),
+        (Comp::MutexMap, ClockPolicy::Manual) => built(comp, move || Ok(mutex_manual::<K>(quota))),
+    }?;
+    let threads = ctx.opts.max_threads();
+    let mut entry = Entry {
+        contender,
+        prefill_time: None,
+        table_prefill: None,
+    };
+    if wl.prefill && comp != Comp::GovDirect {
+        ctx.progress.begin(format!(
+            "{} {} {} {}: prefill {} keys",
+            wl.name,
+            K::NAME,
+            quota.label(),
+            comp.label(),
+            fmt_int(wl.key_space)
+        ));
+        let started = std::time::Instant::now();
+        entry.contender.prefill(wl.key_space, threads);
+        entry.prefill_time = Some((started.elapsed().as_secs_f64(), threads));
+        entry.table_prefill = entry.contender.state();
     }
+    ctx.progress
+        .advance(prefill_weight(wl, comp, K::NAME == "String", threads));
+    Ok(entry)
 }
 
-struct Measure<'a, K> {
-    wl: &'a Workload,
+/// Measures every competitor of `field`, interleaved: run `r` of each in turn, starting one
+/// competitor further along each run, so that all of them meet the same changes in the host's
+/// speed (on a shared VM a cell can move by a third within minutes) and none always runs right
+/// after the same one. Then one row per competitor and thread count, competitor by competitor.
+fn measure<K: Key>(
+    ctx: &mut Ctx,
+    wl: &Workload,
     quota: QuotaKind,
-    comp: Comp,
-    arrays: &'a [Vec<K>],
-}
-
-impl<K: Key> Measure<'_, K> {
-    fn run<L: Limit<K>>(
-        &self,
-        ctx: &mut Ctx,
-        make: impl Fn() -> Result<L, String>,
-    ) -> Result<(), String> {
-        let Measure {
-            wl,
-            quota,
-            comp,
-            arrays,
-        } = *self;
-        let o = ctx.opts.clone();
-        let is_string = K::NAME == "String";
-        let what = format!("{} {} {} {}", wl.name, K::NAME, quota.label(), comp.label());
-        let mut lim = make()?;
-        let state = |lim: &L| {
-            lim.funnel_stats().map(|(held, s)| TableState {
-                slots: lim.slots().unwrap_or(0),
-                held,
-                forced: s.forced_evictions,
-                recovered: s.recovered_evictions,
-            })
-        };
-        let mut prefill_time = None;
-        let mut table_prefill = None;
-        if wl.prefill && comp != Comp::GovDirect {
-            ctx.progress
-                .begin(format!("{what}: prefill {} keys", fmt_int(wl.key_space)));
-            let started = std::time::Instant::now();
-            prefill(&lim, wl.key_space, o.max_threads(), K::from_id);
-            prefill_time = Some((started.elapsed().as_secs_f64(), o.max_threads()));
-            table_prefill = state(&lim);
-        }
-        ctx.progress
-            .advance(prefill_weight(wl, comp, is_string, o.max_threads()));
-        let first_row = ctx.rows.len();
-        for &threads in &o.threads {
-            let mut runs = Vec::with_capacity(o.runs);
-            let mut table_end = None;
-            let mut held_end = None;
-            for r in 0..o.runs {
+    field: &mut [Entry<K>],
+    arrays: &[Vec<K>],
+) -> Result<(), String> {
+    let o = ctx.opts.clone();
+    let n = field.len();
+    let mut rows: Vec<Vec<Row>> = (0..n).map(|_| Vec::new()).collect();
+    for &threads in &o.threads {
+        let mut runs: Vec<Vec<Run>> = (0..n).map(|_| Vec::with_capacity(o.runs)).collect();
+        let mut table_end = vec![None; n];
+        let mut held_end = vec![None; n];
+        for r in 0..o.runs {
+            for k in 0..n {
+                let at = (r + k) % n;
+                let contender = &mut field[at].contender;
+                let what = format!(
+                    "{} {} {} {}",
+                    wl.name,
+                    K::NAME,
+                    quota.label(),
+                    contender.comp().label()
+                );
                 ctx.progress
                     .begin(format!("{what} {threads}t run {}/{}", r + 1, o.runs));
                 let mut failed = None;
                 let (run, repeated) = best_of(o.retries, o.min_cpu, || {
                     if !wl.prefill {
                         // Churn: every run starts from an empty limiter and new keys.
-                        match make() {
-                            Ok(fresh) => drop(std::mem::replace(&mut lim, fresh)),
-                            Err(e) => failed = Some(e),
+                        if let Err(e) = contender.renew() {
+                            failed = Some(e);
                         }
                     }
-                    timed(&lim, arrays, threads, o.duration, wl.prefill)
+                    contender.timed(arrays, threads, o.duration, wl.prefill)
                 });
                 if let Some(e) = failed {
                     return Err(e);
                 }
                 ctx.repeated += repeated;
                 ctx.kept += 1;
-                runs.push(run);
+                if run.decisions == 0 {
+                    return Err(format!("{what} {threads}t: a run made no decisions"));
+                }
+                runs[at].push(run);
                 ctx.progress.advance(o.duration.as_secs_f64());
                 if !wl.prefill {
-                    table_end = state(&lim);
-                    held_end = lim.keys_held();
+                    table_end[at] = contender.state();
+                    held_end[at] = contender.keys_held();
                 }
             }
-            if runs.iter().any(|r| r.decisions == 0) {
-                return Err(format!("{what} {threads}t: a run made no decisions"));
-            }
-            let mut note = Vec::new();
-            if let Some((secs, t)) = prefill_time {
-                note.push(format!(
-                    "prefill of {} keys on {t} threads: {secs:.2} s",
-                    fmt_int(wl.key_space)
-                ));
-            }
-            if let Some(s) = table_prefill {
-                note.push(format!(
-                    "after prefill: {} keys held, {} forced evictions, {} recovered slots reused",
-                    fmt_int(s.held as u64),
-                    fmt_int(s.forced),
-                    fmt_int(s.recovered)
-                ));
-            }
-            if let (false, Some(s)) = (wl.prefill, table_end) {
-                note.push(format!(
-                    "last run: {} keys held at the end, {} forced evictions, {} recovered slots reused",
-                    fmt_int(s.held as u64),
-                    fmt_int(s.forced),
-                    fmt_int(s.recovered)
-                ));
-            }
-            if let (false, None, Some(h)) = (wl.prefill, table_end, held_end) {
-                note.push(format!(
-                    "unbounded: {} keys held at the end of the last run",
-                    fmt_int(h as u64)
-                ));
-            }
-            ctx.rows.push(Row {
-                section: wl.section,
-                workload: wl.name.clone(),
-                key_space: wl.key_space,
-                key_type: K::NAME,
-                quota: quota.label().to_string(),
-                threads,
-                pipeline: 1,
-                competitor: comp.label().to_string(),
-                clock: o.clock.label().to_string(),
-                capacity: if let Some(slots) = lim.slots() {
-                    fmt_int(slots as u64)
-                } else if comp == Comp::GovDirect {
-                    "1 state".into()
-                } else {
-                    "unbounded".into()
-                },
-                runs,
-                note: note.join("; "),
-                prefill: prefill_time,
-                table_prefill,
-                table_end,
-                held_end,
-            });
         }
+        for (at, runs) in runs.into_iter().enumerate() {
+            let entry = &field[at];
+            let end = (table_end[at], held_end[at]);
+            let row = row_of(wl, quota, threads, entry, runs, end, &o);
+            rows[at].push(row);
+        }
+    }
+    for (at, mut rows) in rows.into_iter().enumerate() {
         if wl.prefill {
             // After all runs (the table the rows share).
-            let end = state(&lim);
-            for row in &mut ctx.rows[first_row..] {
+            let end = field[at].contender.state();
+            for row in &mut rows {
                 row.table_end = end;
             }
         }
-        ctx.progress.begin(format!("{what}: freeing"));
-        drop(lim);
-        Ok(())
+        ctx.rows.extend(rows);
+    }
+    Ok(())
+}
+
+/// One competitor's row for one thread count, with its notes; `end` is, for churn, the table
+/// and the keys held after the last run.
+fn row_of<K: Key>(
+    wl: &Workload,
+    quota: QuotaKind,
+    threads: usize,
+    entry: &Entry<K>,
+    runs: Vec<Run>,
+    (table_end, held_end): (Option<TableState>, Option<usize>),
+    o: &crate::cli::Options,
+) -> Row {
+    let comp = entry.contender.comp();
+    let mut note = Vec::new();
+    if let Some((secs, t)) = entry.prefill_time {
+        note.push(format!(
+            "prefill of {} keys on {t} threads: {secs:.2} s",
+            fmt_int(wl.key_space)
+        ));
+    }
+    if let Some(s) = entry.table_prefill {
+        note.push(format!(
+            "after prefill: {} keys held, {} forced evictions, {} recovered slots reused",
+            fmt_int(s.held as u64),
+            fmt_int(s.forced),
+            fmt_int(s.recovered)
+        ));
+    }
+    if let (false, Some(s)) = (wl.prefill, table_end) {
+        note.push(format!(
+            "last run: {} keys held at the end, {} forced evictions, {} recovered slots reused",
+            fmt_int(s.held as u64),
+            fmt_int(s.forced),
+            fmt_int(s.recovered)
+        ));
+    }
+    if let (false, None, Some(h)) = (wl.prefill, table_end, held_end) {
+        note.push(format!(
+            "unbounded: {} keys held at the end of the last run",
+            fmt_int(h as u64)
+        ));
+    }
+    Row {
+        section: wl.section,
+        workload: wl.name.clone(),
+        key_space: wl.key_space,
+        key_type: K::NAME,
+        quota: quota.label().to_string(),
+        threads,
+        pipeline: 1,
+        competitor: comp.label().to_string(),
+        clock: o.clock.label().to_string(),
+        capacity: if let Some(slots) = entry.contender.slots() {
+            fmt_int(slots as u64)
+        } else if comp == Comp::GovDirect {
+            "1 state".into()
+        } else {
+            "unbounded".into()
+        },
+        runs,
+        note: note.join("; "),
+        prefill: entry.prefill_time,
+        table_prefill: entry.table_prefill,
+        table_end,
+        held_end,
     }
 }

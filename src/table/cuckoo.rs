@@ -4,7 +4,7 @@
 //!
 //! Two-choice placement alone fills about 70% of the slots before some key first finds its 14
 //! candidates full; with one cuckoo step 87–93% (`examples/layouts.rs`, `fill`;
-//! docs/DESIGN.md, "The table"). The move is the growth's move (`grow::relocate`, the
+//! docs/DESIGN.md, "The table"). The move is the growth's move (`grow/migrate.rs`, `relocate`: the
 //! PENDING target, the sealed source, readers completing a move they find half done), made at
 //! the level in use: its races are argued in docs/DESIGN.md, "Growing", and checked by the
 //! loom models of `grow/loom.rs` and `loom.rs`.

@@ -8,12 +8,14 @@
 //!   never needs the mover to finish (it completes a half-done move itself);
 //! * a reader finishes without the mover: with the mover stalled after sealing the source,
 //!   still holding the key's lock, a request for the key completes the move and is charged;
-//! * a key created while a growth starts is placed where the migration sees it (the barrier).
+//! * a key created while a growth starts is placed where the migration sees it (the barrier);
+//! * a move that finds its targets full waits without the key's lock and tries again, and
+//!   evicts only on its last try, while another thread frees a slot in the targets.
 
 use loom::sync::Arc;
 use loom::thread;
 
-use super::super::create::lock;
+use super::super::create::{lock, Created};
 use super::super::loom::{bind, model, quota};
 use super::super::{Home, Table, WhenFull, SLOTS_PER_BUCKET};
 use super::migrate::live_word;
@@ -185,5 +187,60 @@ fn a_reader_finishes_a_move_its_stalled_mover_left_half_done() {
             Some(20),
             "the charge was lost or doubled"
         );
+    });
+}
+
+/// A move whose targets are full of funnels in debt that no cuckoo step can move (each key's
+/// other bucket is the other full target) finds no room, releases K's lock, waits, and tries
+/// again (two tries under loom); only its last try may evict. Meanwhile another thread resets
+/// the most indebted key of the targets, which frees its slot (a recovered funnel is an absent
+/// key). Whenever the reset lands, K keeps its debt and every other key its own: K takes the
+/// freed slot (no forced eviction), or, if the reset comes after K's last try, K has evicted
+/// the least indebted key and the reset finds its own key still there.
+#[test]
+fn a_move_that_finds_no_room_waits_and_retries_before_it_evicts() {
+    model(|| {
+        let table = growable();
+        // Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its
+        // debt, and nothing recovers before time 100.
+        let q = quota(1000, 1);
+        assert!(matches!(table.create(K, 0, 500, &q), Created::Bound));
+        assert!(table.start_growth());
+        // Buckets 2 and 3 of the new level, filled before any chunk is split with keys whose
+        // candidates are those two only (as a split's first moves and the creators' keys fill
+        // them in a real migration).
+        let fill: Vec<u64> = (0..2 * SLOTS_PER_BUCKET as u64)
+            .map(|i| fp(2 + i % 2, 3 - i % 2, 0x20 + i))
+            .collect();
+        let tat = |i: usize| 100 + 10 * i as u64;
+        for (i, &f) in fill.iter().enumerate() {
+            assert!(matches!(table.create(f, 0, tat(i), &q), Created::Bound));
+        }
+        let last = fill.len() - 1;
+        let resetter = {
+            let table = table.clone();
+            let key = fill[last];
+            thread::spawn(move || table.reset(&table.home(key)))
+        };
+        while table.help_migrate(0, &q) {}
+        assert!(resetter.join().unwrap(), "the reset did not find its key");
+        assert!(table.homes(K).1.is_none(), "the migration did not settle");
+        assert_eq!(tat_of(&table, K), Some(500), "K lost its debt in the move");
+        let stats = table.stats();
+        let evicted = match stats.forced_evictions {
+            // K took the slot the reset freed.
+            0 => last,
+            // K's last try came first and evicted the least indebted.
+            1 => 0,
+            n => panic!("{n} forced evictions: {stats:?}"),
+        };
+        assert_eq!(tat_of(&table, fill[evicted]), None, "{stats:?}");
+        if evicted != last {
+            assert_eq!(tat_of(&table, fill[last]), Some(0), "the reset key");
+        }
+        for i in (0..last).filter(|&i| i != evicted) {
+            assert_eq!(tat_of(&table, fill[i]), Some(tat(i)), "key {i} of the fill");
+        }
+        table.check_invariants().unwrap();
     });
 }

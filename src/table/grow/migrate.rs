@@ -266,6 +266,7 @@ impl Table {
             }
         }
     }
+
     /// Gives up a move whose source was evicted before it could be sealed: the pending target,
     /// which no helper can complete (no sealed source of the key exists), becomes a dead slot.
     fn abandon(&self, fp: u64, target: Found<'_>) {

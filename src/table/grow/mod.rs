@@ -52,11 +52,12 @@ const MAX_STRIPE_LEVEL: u32 = 14;
 /// yields), before it evicts the least indebted of them. Full buckets in the middle of a
 /// migration are mostly a passing state: new keys crowd into the new level's upper buckets
 /// while the lower ones still hold the keys leaving them, which other helpers are moving out.
-/// Under loom one try, as before the waits: the models check what happens, not how long.
+/// Under loom two tries: one wait, which a model runs while another thread frees a slot
+/// (`grow/loom.rs`); the models check what happens, not how long.
 #[cfg(not(funnel_loom))]
 const MIGRATE_TRIES: u32 = 256;
 #[cfg(funnel_loom)]
-const MIGRATE_TRIES: u32 = 1;
+const MIGRATE_TRIES: u32 = 2;
 /// While a migration is under way, new keys are created only while fewer than this share of the
 /// new level's slots (in twentieths) hold keys; past it, their creators help the migration or
 /// wait for it to end (`help_before_creating`). A growth starts when the old level is full

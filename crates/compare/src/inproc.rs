@@ -420,8 +420,8 @@ fn enter<K: Key>(
 
 /// Measures every competitor of `field`, interleaved: run `r` of each in turn, starting one
 /// competitor further along each run, so that all of them meet the same changes in the host's
-/// speed (on a shared VM a cell can move by a third within minutes) and none always runs right
-/// after the same one. Then one row per competitor and thread count, competitor by competitor.
+/// speed (on a shared VM a cell can move by a third within minutes), and none always runs first
+/// or last. Then one row per competitor and thread count, competitor by competitor.
 fn measure<K: Key>(
     ctx: &mut Ctx,
     wl: &Workload,

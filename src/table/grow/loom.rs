@@ -194,11 +194,20 @@ fn a_reader_finishes_a_move_its_stalled_mover_left_half_done() {
 /// other bucket is the other full target) finds no room, releases K's lock, waits, and tries
 /// again (two tries under loom); only its last try may evict. Meanwhile another thread resets
 /// the most indebted key of the targets, which frees its slot (a recovered funnel is an absent
-/// key). Whenever the reset lands, K keeps its debt and every other key its own: K takes the
-/// freed slot (no forced eviction), or, if the reset comes after K's last try, K has evicted
-/// the least indebted key and the reset finds its own key still there.
+/// key). Wherever loom places the reset, K keeps its debt and every key not evicted its own: K
+/// takes the freed slot (no forced eviction), or, if the reset comes after K's last try, K has
+/// evicted the least indebted key and the reset finds its own key still there. No single
+/// execution tells a first-try eviction from a last-try one, so the model also counts the
+/// outcomes over all executions: some must take the freed slot after the wait. (Loom schedules
+/// the reset during the wait or after the last try, never before the first: its only write,
+/// the CAS, follows the reset's own load of the word, which hides the mover's earlier loads
+/// from loom's search. That case is a plain move into a free slot.)
 #[test]
 fn a_move_that_finds_no_room_waits_and_retries_before_it_evicts() {
+    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    /// Executions in which K took the freed slot, and in which it evicted.
+    static TOOK_FREED: AtomicUsize = AtomicUsize::new(0);
+    static EVICTED: AtomicUsize = AtomicUsize::new(0);
     model(|| {
         let table = growable();
         // Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its
@@ -229,9 +238,15 @@ fn a_move_that_finds_no_room_waits_and_retries_before_it_evicts() {
         let stats = table.stats();
         let evicted = match stats.forced_evictions {
             // K took the slot the reset freed.
-            0 => last,
+            0 => {
+                TOOK_FREED.fetch_add(1, StdOrdering::Relaxed);
+                last
+            }
             // K's last try came first and evicted the least indebted.
-            1 => 0,
+            1 => {
+                EVICTED.fetch_add(1, StdOrdering::Relaxed);
+                0
+            }
             n => panic!("{n} forced evictions: {stats:?}"),
         };
         assert_eq!(tat_of(&table, fill[evicted]), None, "{stats:?}");
@@ -243,4 +258,14 @@ fn a_move_that_finds_no_room_waits_and_retries_before_it_evicts() {
         }
         table.check_invariants().unwrap();
     });
+    // Relaxed: read after every execution has ended, on this thread.
+    let (took, evicted) = (
+        TOOK_FREED.load(StdOrdering::Relaxed),
+        EVICTED.load(StdOrdering::Relaxed),
+    );
+    assert!(
+        took > 0,
+        "no execution took the slot freed during the wait (a move that evicts on its first try)"
+    );
+    assert!(evicted > 0, "no execution reached the last try's eviction");
 }

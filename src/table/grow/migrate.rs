@@ -77,7 +77,7 @@ impl Table {
 
     /// Moves the key `fp` out of slot `slot` of old bucket `b` into one of its candidates under
     /// `new_mask`, or drops it if its funnel has recovered by `now` (a recovered funnel is an
-    /// absent key). The module doc gives the steps.
+    /// absent key). The parent module's doc (`grow/mod.rs`) gives the steps.
     fn move_key<Q: Meter>(
         &self,
         fp: u64,
@@ -219,7 +219,7 @@ impl Table {
     /// (`evict`) evicts the least indebted live one (a migration's move cannot fail for ever),
     /// whatever the table's [`WhenFull`](crate::WhenFull). It also waits out slots that other
     /// threads are binding. The other modes neither evict nor wait: `None`.
-    pub(in crate::table) fn pending_target<Q: Meter>(
+    pub(super) fn pending_target<Q: Meter>(
         &self,
         home: &Home,
         now: u64,

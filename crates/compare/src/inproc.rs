@@ -472,6 +472,9 @@ fn measure<K: Key>(
                 if !wl.prefill {
                     table_end[at] = contender.state();
                     held_end[at] = contender.keys_held();
+                    // Churn: free what the run added (an unbounded map holds every new key)
+                    // before the other competitors run; the next run starts afresh anyway.
+                    contender.renew()?;
                 }
             }
         }

@@ -31,12 +31,15 @@ pub struct Stats {
     /// loses nothing).
     pub recovered_evictions: u64,
     /// New keys placed by evicting a funnel still in debt
-    /// ([`WhenFull::Evict`](crate::WhenFull::Evict)), and keys a growing table's migration could find no other room for (a last resort,
-    /// whatever the [`WhenFull`](crate::WhenFull)).
+    /// ([`WhenFull::Evict`](crate::WhenFull::Evict)), and keys a growing table's migration
+    /// could find no other room for (a last resort, whatever the
+    /// [`WhenFull`](crate::WhenFull)).
     pub forced_evictions: u64,
-    /// New keys turned away because the table was full ([`WhenFull::Deny`](crate::WhenFull::Deny)).
+    /// New keys turned away because the table was full
+    /// ([`WhenFull::Deny`](crate::WhenFull::Deny)).
     pub turned_away: u64,
-    /// New keys let through untracked because the table was full ([`WhenFull::Allow`](crate::WhenFull::Allow)).
+    /// New keys let through untracked because the table was full
+    /// ([`WhenFull::Allow`](crate::WhenFull::Allow)).
     pub admitted_untracked: u64,
     /// Times a growable table doubled (0 for a fixed table).
     pub growths: u64,

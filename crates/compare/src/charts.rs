@@ -62,7 +62,11 @@ pub fn charts(ctx: &Ctx, dir: &std::path::Path) -> Result<Vec<(String, String)>,
     for q in QUOTAS {
         for &th in &ctx.opts.threads {
             let mut series = Vec::new();
-            for c in comps.iter().filter(|c| **c != "governor-direct") {
+            // The direct limiters have no key space.
+            for c in comps
+                .iter()
+                .filter(|c| !matches!(**c, "funnel-direct" | "governor-direct"))
+            {
                 let pts: Vec<(f64, Bar)> = ctx
                     .rows
                     .iter()

@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
+use funnel::Funnel;
 use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
-    fake_clock, funnel_grown_manual, funnel_grown_real, funnel_manual, funnel_real, mutex_manual,
-    mutex_real, Batched, ClockPolicy, GovKeyed, Limit, QuotaKind,
+    fake_clock, funnel_grown_manual, funnel_grown_real, funnel_manual, funnel_real, manual_clock,
+    mutex_manual, mutex_real, Batched, ClockPolicy, GovKeyed, Limit, QuotaKind,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed, Run};
@@ -118,6 +119,9 @@ pub enum Comp {
     /// funnel with a growable table: started at 1,024 keys, grown by the prefill up to the same
     /// maximum as `Funnel`'s fixed table.
     FunnelGrown,
+    /// funnel's single-key `Funnel`: what a caller with one global limit uses, the
+    /// counterpart of governor's direct limiter (hot-1 `u64` only, as that one).
+    FunnelDirect,
     GovDirect,
     GovKeyed,
     GovKeyedAhash,
@@ -125,11 +129,17 @@ pub enum Comp {
 }
 
 impl Comp {
+    /// One limiter state and no key: nothing to prefill, no table.
+    pub fn is_direct(self) -> bool {
+        matches!(self, Comp::FunnelDirect | Comp::GovDirect)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Comp::Funnel => "funnel",
             Comp::FunnelBatch => "funnel-batch",
             Comp::FunnelGrown => "funnel-grown",
+            Comp::FunnelDirect => "funnel-direct",
             Comp::GovDirect => "governor-direct",
             Comp::GovKeyed => "governor-keyed",
             Comp::GovKeyedAhash => "governor-keyed-ahash",
@@ -140,10 +150,11 @@ impl Comp {
     /// Every competitor of the in-process tables. To add one: a variant here, its label, its
     /// place in `competitors`, its prefill estimate in `prefill_weight`, and how to build it
     /// for each clock policy in `enter` (anything implementing `limiters::Limit`).
-    pub const IN_TABLE: [Comp; 7] = [
+    pub const IN_TABLE: [Comp; 8] = [
         Comp::Funnel,
         Comp::FunnelBatch,
         Comp::FunnelGrown,
+        Comp::FunnelDirect,
         Comp::GovDirect,
         Comp::GovKeyed,
         Comp::GovKeyedAhash,
@@ -157,8 +168,10 @@ fn competitors(wl: &Workload, key_type: &str) -> Vec<Comp> {
     if matches!(wl.role, "W3" | "W4") {
         v.push(Comp::FunnelGrown);
     }
+    // The unkeyed limiters where there is one key: funnel's `Funnel` and governor's direct
+    // limiter, side by side.
     if wl.role == "W1" && key_type == "u64" {
-        v.push(Comp::GovDirect);
+        v.extend([Comp::FunnelDirect, Comp::GovDirect]);
     }
     v.extend([Comp::GovKeyed, Comp::GovKeyedAhash, Comp::MutexMap]);
     v
@@ -211,7 +224,7 @@ fn prefill_weight(wl: &Workload, comp: Comp, is_string: bool, threads: usize) ->
         return 0.0;
     }
     let per_key = match (comp, is_string) {
-        (Comp::GovDirect, _) => 0.0,
+        (Comp::FunnelDirect | Comp::GovDirect, _) => 0.0,
         (Comp::Funnel | Comp::FunnelBatch, false) => 150e-9,
         (Comp::Funnel | Comp::FunnelBatch, true) => 300e-9,
         (Comp::FunnelGrown, false) => 250e-9,
@@ -364,6 +377,10 @@ fn enter<K: Key>(
         (Comp::FunnelGrown, ClockPolicy::Manual) => {
             built(comp, move || funnel_grown_manual::<K>(fq, cap))
         }
+        (Comp::FunnelDirect, ClockPolicy::Real) => built(comp, move || Ok(Funnel::new(fq))),
+        (Comp::FunnelDirect, ClockPolicy::Manual) => {
+            built(comp, move || Ok(Funnel::with_clock(fq, manual_clock())))
+        }
         (Comp::GovDirect, ClockPolicy::Real) => built(comp, move || Ok(RateLimiter::direct(gq))),
         (Comp::GovDirect, ClockPolicy::Manual) => built(comp, move || {
             Ok(RateLimiter::direct_with_clock(gq, fake_clock()))
@@ -399,7 +416,7 @@ fn enter<K: Key>(
         prefill_time: None,
         table_prefill: None,
     };
-    if wl.prefill && comp != Comp::GovDirect {
+    if wl.prefill && !comp.is_direct() {
         ctx.progress.begin(format!(
             "{} {} {} {}: prefill {} keys",
             wl.name,
@@ -551,7 +568,7 @@ fn row_of<K: Key>(
         clock: o.clock.label().to_string(),
         capacity: if let Some(slots) = entry.contender.slots() {
             fmt_int(slots as u64)
-        } else if comp == Comp::GovDirect {
+        } else if comp.is_direct() {
             "1 state".into()
         } else {
             "unbounded".into()

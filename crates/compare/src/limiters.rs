@@ -12,7 +12,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use funnel::clock::{Clock as FunnelClock, ManualClock, QuantaClock};
-use funnel::{Limiter, Stats, Timestamp};
+use funnel::{Funnel, Limiter, Stats, Timestamp};
 use governor::clock::{Clock as GovClock, FakeRelativeClock};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -129,6 +129,14 @@ impl<K: Hash + Sync + Send, C: FunnelClock> LimitAt<K> for Limiter<K, C> {
     }
     fn funnel_stats(&self) -> Option<(usize, Stats)> {
         Some((self.len(), self.stats()))
+    }
+}
+
+/// funnel's single-key `Funnel`: the key is ignored, as by governor's direct limiter.
+impl<K, C: FunnelClock> Limit<K> for Funnel<C> {
+    #[inline(always)]
+    fn check(&self, _key: &K) -> bool {
+        Funnel::check(self).is_allowed()
     }
 }
 
@@ -346,6 +354,11 @@ impl ClockPolicy {
     }
 }
 
+/// funnel's clock under the manual policy: stopped at one second.
+pub fn manual_clock() -> ManualClock {
+    ManualClock::starting_at(Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"))
+}
+
 pub fn funnel_real<K: Hash + ?Sized>(
     q: funnel::Quota,
     capacity: usize,
@@ -362,9 +375,7 @@ pub fn funnel_manual<K: Hash + ?Sized>(
 ) -> Result<Limiter<K, ManualClock>, String> {
     Limiter::<K>::builder(q)
         .capacity(capacity)
-        .clock(ManualClock::starting_at(
-            Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"),
-        ))
+        .clock(manual_clock())
         .build()
         .map_err(|e| format!("funnel: {e}"))
 }
@@ -392,9 +403,7 @@ pub fn funnel_grown_manual<K: Hash + ?Sized>(
     Limiter::<K>::builder(q)
         .capacity(GROWN_START)
         .max_capacity(max_capacity)
-        .clock(ManualClock::starting_at(
-            Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"),
-        ))
+        .clock(manual_clock())
         .build()
         .map_err(|e| format!("funnel (growable): {e}"))
 }
@@ -409,11 +418,9 @@ pub fn mutex_real<K: Key0>(kind: QuotaKind) -> MutexMap<K, QuantaClock> {
 
 pub fn mutex_manual<K: Key0>(kind: QuotaKind) -> MutexMap<K, ManualClock> {
     let (cap, t) = kind.mutex_map();
-    let clock =
-        ManualClock::starting_at(Timestamp::from_duration(Duration::from_secs(1)).expect("1 s"));
     MutexMap {
         map: MutexMapLimiter::new(cap, t),
-        clock,
+        clock: manual_clock(),
     }
 }
 

@@ -18,7 +18,7 @@ pub struct Bar {
     pub max: f64,
 }
 
-const PALETTE: [RGBColor; 9] = [
+const PALETTE: [RGBColor; 10] = [
     RGBColor(0x1b, 0x6a, 0xc9),
     RGBColor(0xe8, 0x71, 0x0a),
     RGBColor(0x12, 0xa1, 0x50),
@@ -28,12 +28,14 @@ const PALETTE: [RGBColor; 9] = [
     RGBColor(0xb8, 0x86, 0x0b),
     RGBColor(0x00, 0x83, 0x8f),
     RGBColor(0x6f, 0xa8, 0xec),
+    RGBColor(0x0b, 0x3d, 0x7a),
 ];
 
 /// A fixed color per competitor, so every chart agrees.
 fn color_of(name: &str) -> RGBColor {
     let i = match name {
         n if n.starts_with("funnel-batch") => 8,
+        "funnel-direct" => 9,
         n if n.starts_with("funnel") => 0,
         "governor-direct" => 1,
         n if n.starts_with("governor-keyed-ahash") => 3,

@@ -478,7 +478,7 @@ pub fn funnel_table_table(ctx: &Ctx) -> Table {
 pub fn prefill_table(ctx: &Ctx) -> Table {
     let comps: Vec<&str> = Comp::IN_TABLE
         .iter()
-        .filter(|c| **c != Comp::GovDirect)
+        .filter(|c| !c.is_direct())
         .map(|c| c.label())
         .collect();
     let mut headers = vec!["workload", "keys", "quota"];

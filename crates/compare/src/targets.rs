@@ -125,6 +125,84 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
             name_of_role(ctx, "W4")
         ),
     ));
+    // No hot cell below 1.0×: funnel's keyed limiter against every competitor of the hot-key
+    // and 1,000-key tables, on every thread count; and, on the one key, funnel's single-key
+    // `Funnel` against governor's direct limiter (the like-for-like pair).
+    let hot_target = |roles: &[&str], ours: &str, only: Option<&str>, what: String| {
+        let mut ratios = Vec::new();
+        let mut below = Vec::new();
+        for role in roles {
+            let wl = name_of_role(ctx, role);
+            for kt in KEY_TYPES {
+                for q in QUOTAS {
+                    for &th in &ctx.opts.threads {
+                        let f = find(rows, Section::InProc, &wl, kt, q, th, 1, ours);
+                        for r in rows.iter().filter(|r| {
+                            r.section == Section::InProc
+                                && r.workload == wl
+                                && r.key_type == kt
+                                && r.quota == q
+                                && r.threads == th
+                                && r.pipeline == 1
+                                && !r.competitor.starts_with("funnel")
+                                && only.is_none_or(|c| r.competitor == c)
+                        }) {
+                            if let Some(x) = ratio(f, Some(r)) {
+                                ratios.push(x);
+                                if x < 1.0 {
+                                    below.push(format!(
+                                        "{wl} {kt} {q} {th}t vs {} {}",
+                                        r.competitor,
+                                        fmt_ratio(x)
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Target {
+            what,
+            figures: if ratios.is_empty() {
+                "not measured".into()
+            } else {
+                format!(
+                    "{} of {} cells at or above 1×, lowest {}{}",
+                    ratios.len() - below.len(),
+                    ratios.len(),
+                    fmt_ratio(ratios.iter().copied().fold(f64::INFINITY, f64::min)),
+                    if below.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; below: {}", below.join(", "))
+                    }
+                )
+            },
+            met: (!ratios.is_empty()).then_some(below.is_empty()),
+        }
+    };
+    out.push(hot_target(
+        &["W1", "W2"],
+        "funnel",
+        None,
+        format!(
+            "funnel (keyed) ≥ 1× every competitor on {} and {}, every thread count ({} clock)",
+            name_of_role(ctx, "W1"),
+            name_of_role(ctx, "W2"),
+            ctx.opts.clock.label()
+        ),
+    ));
+    out.push(hot_target(
+        &["W1"],
+        "funnel-direct",
+        Some("governor-direct"),
+        format!(
+            "funnel-direct (funnel's single-key `Funnel`) ≥ 1× governor-direct on {} ({} clock)",
+            name_of_role(ctx, "W1"),
+            ctx.opts.clock.label()
+        ),
+    ));
     // Against the fair competitors (governor with ahash, the Mutex<HashMap>), on one
     // thread. The thresholds depend on the clock: with the clock read taken out for everyone
     // (`--clock manual`) the table's own cost shows.
@@ -349,10 +427,31 @@ pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
             1,
             "funnel",
         );
+        // Against governor's direct limiter, also its like-for-like: funnel's `Funnel`.
+        let direct = (r.competitor == "governor-direct")
+            .then(|| {
+                let d = find(
+                    &ctx.rows,
+                    r.section,
+                    &r.workload,
+                    r.key_type,
+                    &r.quota,
+                    r.threads,
+                    1,
+                    "funnel-direct",
+                )?;
+                Some(format!(
+                    "; funnel-direct (single-key `Funnel`) {}/s ({})",
+                    fmt_rate(d.median()),
+                    fmt_ratio(ratio(Some(d), Some(r))?)
+                ))
+            })
+            .flatten()
+            .unwrap_or_default();
         if let Some(x) = ratio(f, Some(r)) {
             if x < 1.5 {
                 out.push(format!(
-                    "{} {} {} {}t: funnel {}/s vs {} {}/s ({}){}",
+                    "{} {} {} {}t: funnel {}/s vs {} {}/s ({}){}{direct}",
                     r.workload,
                     r.key_type,
                     r.quota,

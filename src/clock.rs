@@ -2,11 +2,18 @@
 //! [`QuantaClock`], [`StdClock`], and [`ManualClock`] for tests and simulations.
 //!
 //! **Resolution** is one nanosecond. **Range** is [`Timestamp::MAX`], about 109 years after the
-//! clock's origin (a limiter's clock starts at 0 when it is built), so no limiter wraps around in
-//! any realistic uptime; a clock that ever got past it would stay at `MAX`.
+//! clock's origin, so no limiter wraps around in any realistic uptime; a clock that ever got past
+//! it would stay at `MAX`.
+//!
+//! **One origin per process.** Every [`QuantaClock`] (the default clock of every limiter) counts
+//! from the same origin, the moment the process built its first one; every [`StdClock`] likewise.
+//! So a [`Timestamp`] read from one limiter means the same instant to every other limiter on
+//! the same kind of clock: an event loop may read the time once and pass it to the `*_at`
+//! calls of all its limiters, or to [`check_all`](crate::check_all). A [`ManualClock`] moves
+//! only when told; share one (clones share their time) among the limiters it drives.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::Error;
@@ -118,8 +125,9 @@ impl<C: Clock + ?Sized> Clock for &C {
 pub type DefaultClock = QuantaClock;
 
 /// The default clock: [`quanta`]'s TSC-based clock (about 9 ns a read here against about
-/// 21 ns for `Instant::now()`; `cargo bench --bench paths -- paths/clock`), counted from when
-/// the clock was built.
+/// 21 ns for `Instant::now()`; `cargo bench --bench paths -- paths/clock`), counted from one
+/// origin shared by every `QuantaClock` of the process: when the first one was built. Times
+/// read from any two of them (so from any two limiters on the default clock) agree.
 ///
 /// quanta decides whether the TSC can be trusted (an invariant TSC) and calibrates it against
 /// the operating system's monotonic clock. Where it chose the TSC on x86_64, this clock then
@@ -141,22 +149,29 @@ pub type DefaultClock = QuantaClock;
 /// let clock = QuantaClock::new();
 /// let a = clock.now();
 /// assert!(clock.now() >= a);
+/// // A clock built later counts from the same origin.
+/// assert!(QuantaClock::new().now() >= a);
 /// ```
 #[derive(Clone, Debug)]
 pub struct QuantaClock {
     clock: quanta::Clock,
-    /// quanta's raw reading at the origin.
+    /// quanta's raw reading at the process's origin ([`QUANTA_ORIGIN`]).
     origin: u64,
     /// Nanoseconds per raw unit times 2^64 when the raw units are ticks of a TSC read inline
     /// (see [`tsc_scale`]), 0 when reads go through quanta.
     tsc_scale: u64,
 }
 
+/// quanta's raw reading when the process built its first [`QuantaClock`]: every one counts
+/// from it. quanta's raw units are the same for every `quanta::Clock` of a process (one TSC
+/// and one calibration, or the operating system's monotonic clock), so one reading serves all.
+static QUANTA_ORIGIN: OnceLock<u64> = OnceLock::new();
+
 impl QuantaClock {
-    /// A clock whose origin is now.
+    /// A clock on the process's origin (the first `QuantaClock` built; see the module docs).
     pub fn new() -> QuantaClock {
         let clock = quanta::Clock::new();
-        let origin = clock.raw();
+        let origin = *QUANTA_ORIGIN.get_or_init(|| clock.raw());
         let tsc_scale = tsc_scale(&clock);
         QuantaClock {
             clock,
@@ -214,7 +229,8 @@ impl Clock for QuantaClock {
 }
 
 /// A clock on [`std::time::Instant`]: monotonic by the operating system's guarantee, slower to
-/// read than [`QuantaClock`].
+/// read than [`QuantaClock`]. Every `StdClock` of a process counts from one origin, when the
+/// first one was built, so their times agree.
 ///
 /// # Examples
 ///
@@ -222,18 +238,22 @@ impl Clock for QuantaClock {
 /// use funnel::clock::{Clock, StdClock};
 ///
 /// let clock = StdClock::new();
-/// assert!(clock.now().as_nanos() < 1_000_000_000);
+/// let a = clock.now();
+/// assert!(StdClock::new().now() >= a);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct StdClock {
     origin: std::time::Instant,
 }
 
+/// When the process built its first [`StdClock`]: every one counts from it.
+static STD_ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+
 impl StdClock {
-    /// A clock whose origin is now.
+    /// A clock on the process's origin (the first `StdClock` built).
     pub fn new() -> StdClock {
         StdClock {
-            origin: std::time::Instant::now(),
+            origin: *STD_ORIGIN.get_or_init(std::time::Instant::now),
         }
     }
 }
@@ -352,6 +372,22 @@ mod tests {
                 "{before} <= {now} <= {after}"
             );
         }
+    }
+
+    #[test]
+    fn clocks_built_at_different_times_agree() {
+        let (q1, s1) = (QuantaClock::new(), StdClock::new());
+        std::thread::sleep(Duration::from_millis(20));
+        let (q2, s2) = (QuantaClock::new(), StdClock::new());
+        // Read the later clock first: with separate origins it would be 20 ms behind.
+        let (b, a) = (q2.now(), q1.now());
+        assert!(b <= a, "{b:?} <= {a:?}");
+        assert!(a.as_nanos() - b.as_nanos() < 5_000_000, "{a:?} - {b:?}");
+        let (b, a) = (s2.now(), s1.now());
+        assert!(
+            b <= a && a.as_nanos() - b.as_nanos() < 5_000_000,
+            "{a:?} - {b:?}"
+        );
     }
 
     #[test]

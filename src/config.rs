@@ -21,10 +21,10 @@
 //!   has unpinned; its configuration is freed when, in addition, no handle holds its `Arc`.
 //!   The exact bound on what stays alive is in `docs/DESIGN.md`, "Live reconfiguration".
 //!
-//! This module holds the crate's only `unsafe` outside the table: three dereferences and
-//! releases of epoch-protected pointers, each with its argument (`// SAFETY:`), and tests that
-//! would catch their misuse (`tests/live_config.rs`: every configuration dropped exactly once
-//! and never while a reader reads it; the compile-fail examples on
+//! This module holds the crate's only `unsafe` outside the table and the clock's `rdtsc`:
+//! dereferences and releases of epoch-protected pointers, each with its argument (`// SAFETY:`),
+//! and tests that would catch their misuse (`tests/live_config.rs`: every configuration dropped
+//! exactly once and never while a reader reads it; the compile-fail examples on
 //! [`store`](LiveConfig::store)).
 
 use std::fmt;

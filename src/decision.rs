@@ -48,7 +48,8 @@ pub struct Decision {
     /// `T * limit` is, and `T >= 1`), the [`Outcome`] in the top three (`OUTCOME_SHIFT`).
     /// Packing keeps a decision at 32 bytes (four words) instead of 40.
     limit_and_outcome: u64,
-    /// Emission interval of the quota used, ns.
+    /// Emission interval of the quota used, ns (below `2^62`), with [`WINDOW`] set on a window
+    /// counter's decisions; read through [`t`](Decision::t).
     t: u64,
     /// `TAT' - now`, ns, where `TAT'` is the funnel after this request (unchanged unless
     /// allowed); for `TurnedAway`, the same as `retry_after`.
@@ -59,6 +60,11 @@ pub struct Decision {
 
 const OUTCOME_SHIFT: u32 = 61;
 const LIMIT_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
+/// In `t`: the decision is a window counter's. Its `t` is then not an emission interval but
+/// the one that encodes the units in use (`window::decision`), which redis-cell's microsecond
+/// rounding would misreport, so [`Decision::to_cl_throttle`] gives the exact remaining units.
+/// A funnel's `t` is at most `2^60` and a window's below `2^62`, so the top bit is free.
+const WINDOW: u64 = 1 << 63;
 
 const _: () = assert!(
     Quota::MAX_TOLERANCE_NANOS <= LIMIT_MASK,
@@ -132,6 +138,21 @@ impl Decision {
         }
     }
 
+    /// This decision as a window counter's (see [`WINDOW`]).
+    #[inline]
+    pub(crate) fn of_window(self) -> Self {
+        Decision {
+            t: self.t | WINDOW,
+            ..self
+        }
+    }
+
+    /// The emission interval, without the [`WINDOW`] flag.
+    #[inline]
+    fn t(&self) -> u64 {
+        self.t & !WINDOW
+    }
+
     fn relabel(self, outcome: Outcome) -> Self {
         Decision {
             limit_and_outcome: (self.limit_and_outcome & LIMIT_MASK)
@@ -190,8 +211,9 @@ impl Decision {
         if self.outcome() == Outcome::TurnedAway {
             return 0;
         }
-        let tau = self.t * self.limit();
-        tau.saturating_sub(self.reset_after) / self.t
+        let t = self.t();
+        let tau = t * self.limit();
+        tau.saturating_sub(self.reset_after) / t
     }
 
     /// How long until this same request could pass, when it was limited or turned away;
@@ -220,7 +242,8 @@ impl Decision {
     ///   is not a whole number of microseconds it is above [`remaining`](Self::remaining), by up
     ///   to almost double when `T` is between 1 and 2 µs (`k 999 500250 1` reports 1997 of a
     ///   limit of 1000); below 1 µs per action, where redis-cell answers `i64::MAX`, the exact
-    ///   value is given. Use [`remaining`](Self::remaining) for headers.
+    ///   value is given. Use [`remaining`](Self::remaining) for headers. A window counter's
+    ///   decision (redis-cell has none) gives the exact [`remaining`](Self::remaining).
     pub fn to_cl_throttle(&self) -> [i64; 5] {
         let limited = i64::from(!self.is_allowed());
         let retry = match self.retry_after() {
@@ -240,11 +263,12 @@ impl Decision {
         if self.outcome() == Outcome::TurnedAway {
             return 0;
         }
-        let tau = self.t * self.limit();
-        if self.t < 1_000 || self.reset_after >= tau {
+        let t = self.t();
+        let tau = t * self.limit();
+        if self.t & WINDOW != 0 || t < 1_000 || self.reset_after >= tau {
             return self.remaining();
         }
-        ((tau - self.reset_after) / 1_000) / (self.t / 1_000)
+        ((tau - self.reset_after) / 1_000) / (t / 1_000)
     }
 }
 
@@ -253,7 +277,7 @@ impl std::fmt::Debug for Decision {
         f.debug_struct("Decision")
             .field("outcome", &self.outcome())
             .field("limit", &self.limit())
-            .field("t", &self.t)
+            .field("t", &self.t())
             .field("reset_after", &self.reset_after)
             .field("retry_after", &self.retry_after)
             .finish()

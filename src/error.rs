@@ -6,11 +6,14 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::window::WindowError;
+
 /// What went wrong when building a [`Quota`](crate::Quota), a
 /// [`Timestamp`](crate::Timestamp) or a [`Limiter`](crate::Limiter). A window quota
 /// ([`FixedWindowQuota`](crate::window::FixedWindowQuota),
 /// [`SlidingWindowQuota`](crate::window::SlidingWindowQuota)) reports a
-/// [`WindowError`](crate::window::WindowError) instead.
+/// [`WindowError`](crate::window::WindowError) instead, which converts into
+/// [`Error::Window`], so `?` takes both in one function.
 ///
 /// Decisions themselves never fail: a cost that can never pass is an ordinary
 /// [`Decision`](crate::Decision) whose [`cost_exceeds_limit`](crate::Decision::cost_exceeds_limit)
@@ -25,6 +28,14 @@ use std::time::Duration;
 /// let err = Quota::new(15, 0, Duration::from_secs(60)).unwrap_err();
 /// assert_eq!(err, Error::ZeroCount);
 /// assert!(err.to_string().contains("count"));
+///
+/// // A window quota's error converts, so one `?` serves both kinds of quota.
+/// use funnel::window::{FixedWindowQuota, WindowError};
+/// fn quotas(per_minute: u64) -> Result<(Quota, FixedWindowQuota), Error> {
+///     Ok((Quota::per_second(10)?, FixedWindowQuota::new(per_minute, Duration::from_secs(60))?))
+/// }
+/// assert!(quotas(600).is_ok());
+/// assert_eq!(quotas(0).unwrap_err(), Error::Window(WindowError::ZeroLimit));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -71,7 +82,7 @@ pub enum Error {
         /// The latest time accepted, [`Timestamp::MAX`](crate::Timestamp::MAX) in nanoseconds.
         max_nanos: u64,
     },
-    /// A limiter's capacity was zero.
+    /// A limiter's capacity or maximum capacity was zero.
     ZeroCapacity,
     /// A limiter's capacity is above the largest supported table.
     CapacityTooLarge {
@@ -92,6 +103,8 @@ pub enum Error {
         /// Bytes the table needed.
         bytes: usize,
     },
+    /// A window quota was invalid (converted from [`WindowError`] by `?`).
+    Window(WindowError),
 }
 
 impl fmt::Display for Error {
@@ -127,7 +140,9 @@ impl fmt::Display for Error {
                 f,
                 "time {nanos} ns is beyond the supported range of 0..={max_nanos} ns (about 109 years)"
             ),
-            Error::ZeroCapacity => f.write_str("capacity must be at least 1 key"),
+            Error::ZeroCapacity => {
+                f.write_str("capacity and max_capacity must each be at least 1 key")
+            }
             Error::CapacityTooLarge { requested, max } => {
                 write!(
                     f,
@@ -147,8 +162,22 @@ impl fmt::Display for Error {
                     "could not allocate {bytes} bytes for the limiter's table"
                 )
             }
+            Error::Window(e) => write!(f, "window quota: {e}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Window(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<WindowError> for Error {
+    fn from(e: WindowError) -> Error {
+        Error::Window(e)
+    }
+}

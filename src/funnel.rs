@@ -99,6 +99,12 @@ impl<C: Clock> Funnel<C> {
         self.check_n(0)
     }
 
+    /// [`peek`](Self::peek) at the caller's `now`.
+    #[inline]
+    pub fn peek_at(&self, now: Timestamp) -> Decision {
+        self.check_n_at(0, now)
+    }
+
     /// Empties the funnel: the full quota is available again.
     pub fn reset(&self) {
         // Relaxed: see check_n_at. A racing request either lands before (and is forgotten)

@@ -479,6 +479,19 @@ pub struct Builder<K: ?Sized, C = DefaultClock, Q = Quota> {
     _key: PhantomData<fn(&K)>,
 }
 
+/// The settings so far; the seed is shown only as set or not (it keeps keys from being aimed).
+impl<K: ?Sized, C, Q: std::fmt::Debug> std::fmt::Debug for Builder<K, C, Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("quota", &self.quota)
+            .field("capacity", &self.capacity)
+            .field("max_capacity", &self.max_capacity)
+            .field("seeded", &self.seed.is_some())
+            .field("when_full", &self.when_full)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K: ?Sized, Q> Builder<K, DefaultClock, Q> {
     fn new(quota: Q) -> Self {
         Builder {

@@ -15,7 +15,7 @@ use loom::sync::atomic::fence;
 #[cfg(not(funnel_loom))]
 use std::sync::atomic::fence;
 
-use crate::clock::{Clock, Timestamp};
+use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
 use crate::multi::Cost;
@@ -130,10 +130,19 @@ impl LiveQuota {
 /// assert_eq!(live.check_with("vip:ada", 1, premium).remaining(), 99);
 /// # Ok::<(), funnel::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct LiveLimiter<K: ?Sized, C> {
+pub struct LiveLimiter<K: ?Sized, C = DefaultClock> {
     limiter: Limiter<K, C>,
     quota: LiveQuota,
+}
+
+/// As [`Limiter`]'s: no bound on the key or the clock.
+impl<K: ?Sized, C> std::fmt::Debug for LiveLimiter<K, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveLimiter")
+            .field("limiter", &self.limiter)
+            .field("quota", &self.quota)
+            .finish()
+    }
 }
 
 impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
@@ -153,6 +162,12 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     #[inline]
     pub fn check_n(&self, key: &K, n: u64) -> Decision {
         self.limiter.throttle(key, &self.quota.load(), n)
+    }
+
+    /// One unit request for `key` at the caller's `now`, under the current quota.
+    #[inline]
+    pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
+        self.check_n_at(key, 1, now)
     }
 
     /// A request of `n` units for `key` at the caller's `now`, under the current quota.

@@ -266,6 +266,10 @@ impl MultiDecision {
 /// entry admits it; then each is charged. When one denies, the charges already made are rolled
 /// back exactly and nothing stays charged. No entries is an admitted request.
 ///
+/// `now` may be read from any of the limiters: every default clock of a process counts from
+/// one origin (`clock` module). Limiters on a [`ManualClock`](crate::clock::ManualClock) should
+/// share one (clones share their time).
+///
 /// Entries are charged in the order given. **Use one order for every request** (for example
 /// global, then route, then client): two requests taking two limits in opposite orders can each
 /// hold the other's last unit for a moment and both be denied. While a request's charge is in

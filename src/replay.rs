@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::quota::Quota;
 
-/// Default capacity of a replay's limiter: 2^20 keys, 16 MiB.
+/// Default capacity of a replay's limiter: 2^20 keys (a table of 18.3 MiB).
 pub const DEFAULT_REPLAY_CAPACITY: usize = 1 << 20;
 
 /// Why a replay line was rejected.
@@ -138,8 +138,11 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// A replay tracking up to [`DEFAULT_REPLAY_CAPACITY`] keys at once; exact (no eviction
-    /// of a funnel in debt) while fewer keys than that are in debt together.
+    /// A replay tracking up to [`DEFAULT_REPLAY_CAPACITY`] keys at once. It is exact (no funnel
+    /// in debt is evicted) while the keys in debt together stay below about 85% of that: a
+    /// table first evicts a funnel in debt when 87-93% of its slots are in debt (see
+    /// [`Builder::capacity`](crate::Builder::capacity)). Replays with more keys in debt at once
+    /// need [`with_capacity`](Self::with_capacity), about 1.25 slots for each.
     pub fn new() -> Replay {
         Replay::with_capacity(DEFAULT_REPLAY_CAPACITY).expect("the default capacity is valid")
     }

@@ -56,3 +56,19 @@ fn an_admission_charges_every_entry_and_reports_the_strictest() {
     assert_eq!(d.strictest().map(|d| d.remaining()), Some(1));
     assert!(check_all(&[], now).is_allowed());
 }
+
+#[test]
+fn one_now_serves_limiters_on_default_clocks_built_at_different_times() {
+    // 5 a second, burst 1: one request, then the next 200 ms later.
+    let quota = Quota::per_second(5).unwrap().with_limit(1).unwrap();
+    let older = Limiter::<u64>::new(quota);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let younger = Limiter::<u64>::new(Quota::per_second(1_000).unwrap());
+    // The time read from the younger limiter is the older one's time too: its request leaves
+    // the older limit charged for the next 200 ms, on the older limiter's own clock as well.
+    // (Were the younger clock 400 ms behind, that charge would already have leaked on it.)
+    let now = younger.now();
+    assert!(check_all(&[&older.cost(&7, 1), &younger.cost(&7, 1)], now).is_allowed());
+    let next = older.check(&7);
+    assert!(!next.is_allowed(), "{next:?}");
+}

@@ -220,3 +220,21 @@ fn a_reset_key_starts_a_fresh_window() {
     assert!(limiter.check("k").is_allowed());
     assert_eq!(limiter.peek("k").remaining(), 0);
 }
+
+#[test]
+fn a_window_decision_reports_its_exact_remaining_units_in_cl_throttle_form() {
+    // 600 of 1,000 used 1 ms before the window's end: 400 remain, in both forms (the window's
+    // encoding is not an emission interval, so redis-cell's microsecond rounding must not
+    // apply to it).
+    let clock = ManualClock::starting_at(Timestamp::from_nanos(999_000_000).unwrap());
+    let quota = FixedWindowQuota::new(1_000, Duration::from_secs(1)).unwrap();
+    let limiter = Limiter::<u64, _, _>::fixed_window(quota)
+        .clock(clock)
+        .build()
+        .unwrap();
+    let d = limiter.check_n(&1, 600);
+    assert_eq!(d.remaining(), 400);
+    assert_eq!(d.to_cl_throttle(), [0, 1_000, 400, -1, 1]);
+    let d = limiter.check_n(&1, 399);
+    assert_eq!((d.remaining(), d.to_cl_throttle()[2]), (1, 1));
+}

@@ -182,6 +182,11 @@ impl<C: Clock> FixedWindow<C> {
         self.check_n_at(n, self.clock.now())
     }
 
+    /// One unit request at the caller's `now` (no clock read).
+    pub fn check_at(&self, now: Timestamp) -> Decision {
+        self.check_n_at(1, now)
+    }
+
     /// A request of `n` units at the caller's `now`.
     pub fn check_n_at(&self, n: u64, now: Timestamp) -> Decision {
         let now = now.as_nanos();
@@ -206,9 +211,26 @@ impl<C: Clock> FixedWindow<C> {
         self.check_n(0)
     }
 
+    /// [`peek`](Self::peek) at the caller's `now`.
+    pub fn peek_at(&self, now: Timestamp) -> Decision {
+        self.check_n_at(0, now)
+    }
+
+    /// Empties the counter: the whole limit is available again.
+    pub fn reset(&self) {
+        // Relaxed: as the decisions. A racing request either lands before (and is forgotten)
+        // or after (and is counted in the empty counter).
+        self.word.store(0, Ordering::Relaxed);
+    }
+
     /// The quota.
     pub fn quota(&self) -> &FixedWindowQuota {
         &self.quota
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
     }
 }
 

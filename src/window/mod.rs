@@ -119,7 +119,7 @@ pub(crate) fn decision(
     debug_assert!(used <= limit);
     if used == 0 {
         // Nothing in use: the state is the same as a fresh one.
-        return Decision::with_outcome(outcome, &Quota::view(1, limit), 0, retry);
+        return Decision::with_outcome(outcome, &Quota::view(1, limit), 0, retry).of_window();
     }
     let t = reset.div_ceil(used).max(1);
     let reset = if t * (used - 1) < reset {
@@ -127,7 +127,7 @@ pub(crate) fn decision(
     } else {
         t * (used - 1) + 1
     };
-    Decision::with_outcome(outcome, &Quota::view(t, limit), reset, retry)
+    Decision::with_outcome(outcome, &Quota::view(t, limit), reset, retry).of_window()
 }
 
 #[cfg(test)]
@@ -141,6 +141,12 @@ mod tests {
                 for reset in [0u64, 1, 2, 5, 99, 1_000, 12_345, 1_000_000_007] {
                     let d = decision(Outcome::Allowed, limit, used, reset, 0);
                     assert_eq!(d.remaining(), limit - used, "{limit} {used} {reset}");
+                    // CL.THROTTLE's reply too: no microsecond rounding of the encoding.
+                    assert_eq!(
+                        d.to_cl_throttle()[2],
+                        (limit - used) as i64,
+                        "{limit} {used} {reset}"
+                    );
                     let got = d.reset_after().as_nanos() as u64;
                     if used == 0 {
                         assert_eq!(got, 0);

@@ -266,6 +266,9 @@ impl MultiDecision {
 /// entry admits it; then each is charged. When one denies, the charges already made are rolled
 /// back exactly and nothing stays charged. No entries is an admitted request.
 ///
+/// Entries are funnels: [`Limiter::cost`] and [`LiveLimiter::cost`](crate::LiveLimiter::cost).
+/// The window counters have no `cost` and cannot take part (their rollback is not built).
+///
 /// `now` may be read from any of the limiters: every default clock of a process counts from
 /// one origin (`clock` module). Limiters on a [`ManualClock`](crate::clock::ManualClock) should
 /// share one (clones share their time).

@@ -153,7 +153,7 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
                                     below.push(format!(
                                         "{wl} {kt} {q} {th}t vs {} {}",
                                         r.competitor,
-                                        fmt_ratio(x)
+                                        fmt_ratio_near_one(x)
                                     ));
                                 }
                             }
@@ -171,7 +171,7 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
                     "{} of {} cells at or above 1×, lowest {}{}",
                     ratios.len() - below.len(),
                     ratios.len(),
-                    fmt_ratio(ratios.iter().copied().fold(f64::INFINITY, f64::min)),
+                    fmt_ratio_near_one(ratios.iter().copied().fold(f64::INFINITY, f64::min)),
                     if below.is_empty() {
                         String::new()
                     } else {
@@ -443,7 +443,7 @@ pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
                 Some(format!(
                     "; funnel-direct (single-key `Funnel`) {}/s ({})",
                     fmt_rate(d.median()),
-                    fmt_ratio(ratio(Some(d), Some(r))?)
+                    fmt_ratio_near_one(ratio(Some(d), Some(r))?)
                 ))
             })
             .flatten()
@@ -459,7 +459,7 @@ pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
                     fmt_rate(f.map(Row::median).unwrap_or(0.0)),
                     r.competitor,
                     fmt_rate(r.median()),
-                    fmt_ratio(x),
+                    fmt_ratio_near_one(x),
                     if x < 1.0 {
                         " — funnel slower"
                     } else {
@@ -489,6 +489,16 @@ pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
         }
     }
     out
+}
+
+/// A ratio, with a third decimal within half a percent of 1, where two would round a cell
+/// below 1 up to `1.00×`.
+fn fmt_ratio_near_one(x: f64) -> String {
+    if (x - 1.0).abs() < 0.005 {
+        format!("{x:.3}×")
+    } else {
+        fmt_ratio(x)
+    }
 }
 
 /// A target's threshold: at most two decimals, no trailing zeros (`2`, `1.3`, `0.83`).

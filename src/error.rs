@@ -1,7 +1,7 @@
 //! [`Error`]: every way a funnel quota, a time or a limiter configuration can be wrong, each
 //! variant saying what was wrong and what the bounds are. The window counters' quotas, whose
-//! bounds come from their packed words, have their own error type,
-//! [`WindowError`](crate::window::WindowError).
+//! bounds come from their packed words, have their own error type, [`WindowError`], which
+//! converts into [`Error::Window`].
 
 use std::fmt;
 use std::time::Duration;
@@ -11,9 +11,8 @@ use crate::window::WindowError;
 /// What went wrong when building a [`Quota`](crate::Quota), a
 /// [`Timestamp`](crate::Timestamp) or a [`Limiter`](crate::Limiter). A window quota
 /// ([`FixedWindowQuota`](crate::window::FixedWindowQuota),
-/// [`SlidingWindowQuota`](crate::window::SlidingWindowQuota)) reports a
-/// [`WindowError`](crate::window::WindowError) instead, which converts into
-/// [`Error::Window`], so `?` takes both in one function.
+/// [`SlidingWindowQuota`](crate::window::SlidingWindowQuota)) reports a [`WindowError`]
+/// instead, which converts into [`Error::Window`], so `?` takes both in one function.
 ///
 /// Decisions themselves never fail: a cost that can never pass is an ordinary
 /// [`Decision`](crate::Decision) whose [`cost_exceeds_limit`](crate::Decision::cost_exceeds_limit)

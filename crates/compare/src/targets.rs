@@ -78,19 +78,12 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
     let gov_target = |roles: &[&str], threshold: f64, what: &str| {
         let mut ratios = Vec::new();
         let mut cells = Vec::new();
-        for role in roles {
-            let wl = name_of_role(ctx, role);
-            for kt in KEY_TYPES {
-                for q in QUOTAS {
-                    for &th in &ctx.opts.threads {
-                        let f = find(rows, Section::InProc, &wl, kt, q, th, 1, "funnel");
-                        let g = find(rows, Section::InProc, &wl, kt, q, th, 1, "governor-keyed");
-                        if let Some(x) = ratio(f, g) {
-                            ratios.push(x);
-                            cells.push(format!("{wl} {kt} {q} {th}t {}", fmt_ratio(x)));
-                        }
-                    }
-                }
+        for (wl, kt, q, th) in every_cell(ctx, roles) {
+            let f = find(rows, Section::InProc, &wl, kt, q, th, 1, "funnel");
+            let g = find(rows, Section::InProc, &wl, kt, q, th, 1, "governor-keyed");
+            if let Some(x) = ratio(f, g) {
+                ratios.push(x);
+                cells.push(format!("{wl} {kt} {q} {th}t {}", fmt_ratio(x)));
             }
         }
         let met_cells = ratios.iter().filter(|&&x| x >= threshold).count();
@@ -131,33 +124,26 @@ pub fn targets(ctx: &Ctx) -> Vec<Target> {
     let hot_target = |roles: &[&str], ours: &str, only: Option<&str>, what: String| {
         let mut ratios = Vec::new();
         let mut below = Vec::new();
-        for role in roles {
-            let wl = name_of_role(ctx, role);
-            for kt in KEY_TYPES {
-                for q in QUOTAS {
-                    for &th in &ctx.opts.threads {
-                        let f = find(rows, Section::InProc, &wl, kt, q, th, 1, ours);
-                        for r in rows.iter().filter(|r| {
-                            r.section == Section::InProc
-                                && r.workload == wl
-                                && r.key_type == kt
-                                && r.quota == q
-                                && r.threads == th
-                                && r.pipeline == 1
-                                && !r.competitor.starts_with("funnel")
-                                && only.is_none_or(|c| r.competitor == c)
-                        }) {
-                            if let Some(x) = ratio(f, Some(r)) {
-                                ratios.push(x);
-                                if x < 1.0 {
-                                    below.push(format!(
-                                        "{wl} {kt} {q} {th}t vs {} {}",
-                                        r.competitor,
-                                        fmt_ratio_near_one(x)
-                                    ));
-                                }
-                            }
-                        }
+        for (wl, kt, q, th) in every_cell(ctx, roles) {
+            let f = find(rows, Section::InProc, &wl, kt, q, th, 1, ours);
+            for r in rows.iter().filter(|r| {
+                r.section == Section::InProc
+                    && r.workload == wl
+                    && r.key_type == kt
+                    && r.quota == q
+                    && r.threads == th
+                    && r.pipeline == 1
+                    && !r.competitor.starts_with("funnel")
+                    && only.is_none_or(|c| r.competitor == c)
+            }) {
+                if let Some(x) = ratio(f, Some(r)) {
+                    ratios.push(x);
+                    if x < 1.0 {
+                        below.push(format!(
+                            "{wl} {kt} {q} {th}t vs {} {}",
+                            r.competitor,
+                            fmt_ratio_near_one(x)
+                        ));
                     }
                 }
             }
@@ -489,6 +475,22 @@ pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
         }
     }
     out
+}
+
+/// Every cell of the main table's workloads of `roles`: (workload, key type, quota, threads).
+fn every_cell(ctx: &Ctx, roles: &[&str]) -> Vec<(String, &'static str, &'static str, usize)> {
+    let mut cells = Vec::new();
+    for role in roles {
+        let wl = name_of_role(ctx, role);
+        for kt in KEY_TYPES {
+            for q in QUOTAS {
+                for &th in &ctx.opts.threads {
+                    cells.push((wl.clone(), kt, q, th));
+                }
+            }
+        }
+    }
+    cells
 }
 
 /// A ratio, with a third decimal within half a percent of 1, where two would round a cell

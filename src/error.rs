@@ -166,14 +166,9 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Window(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No `source`: `Error::Window`'s message already includes its window error's, and error
+/// reports that print the chain would show it twice; match the variant to get at it.
+impl std::error::Error for Error {}
 
 impl From<WindowError> for Error {
     fn from(e: WindowError) -> Error {

@@ -7,6 +7,7 @@
 //! never blocks readers (they keep reading the published slot), so reads are lock-free. The
 //! argument and the orderings are in `docs/DESIGN.md`, "Live reconfiguration".
 
+use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::Mutex;
 
@@ -168,6 +169,25 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     #[inline]
     pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
         self.check_n_at(key, 1, now)
+    }
+
+    /// One unit request for each of `keys`, in order, now (one clock read for the batch), under
+    /// the current quota: [`Limiter::check_batch`] with this limiter's quota.
+    pub fn check_batch<B: Borrow<K>>(&self, keys: &[B], out: &mut Vec<Decision>) {
+        self.check_batch_at(keys, self.limiter.now(), out);
+    }
+
+    /// [`check_batch`](Self::check_batch) at the caller's `now`: the same decisions as
+    /// [`check_at`](Self::check_at) called for each key in turn under the quota current when
+    /// the batch starts (read once for the whole batch). See [`Limiter::check_batch_at`].
+    pub fn check_batch_at<B: Borrow<K>>(
+        &self,
+        keys: &[B],
+        now: Timestamp,
+        out: &mut Vec<Decision>,
+    ) {
+        self.limiter
+            .decide_batch_at(keys, &self.quota.load(), now, out);
     }
 
     /// A request of `n` units for `key` at the caller's `now`, under the current quota.

@@ -71,3 +71,38 @@ fn live_limiter_has_the_default_clock_and_check_at() {
     // Its Debug needs no `Debug` key or clock.
     assert!(format!("{live:?}").starts_with("LiveLimiter"));
 }
+
+#[test]
+fn live_limiter_batches_decide_as_its_single_calls_under_the_current_quota() {
+    // A small table (decided key by key) and one past the caches' threshold (look-ahead).
+    for capacity in [1_000, 200_000] {
+        let live = |clock: &ManualClock| -> LiveLimiter<u64, ManualClock> {
+            LiveLimiter::new(
+                Limiter::builder(Quota::per_second(2).unwrap())
+                    .capacity(capacity)
+                    .clock(clock.clone())
+                    .seed(9)
+                    .build()
+                    .unwrap(),
+            )
+        };
+        let clock = ManualClock::new();
+        let (batched, single) = (live(&clock), live(&clock));
+        let keys: Vec<u64> = (0..5_000u64).map(|i| (i * 7_919) % 1_500).collect();
+        let mut out = Vec::new();
+        for round in 0..3u64 {
+            if round == 1 {
+                // The live quota changes between batches; the batch takes the new one.
+                let q = Quota::per_second(5).unwrap();
+                batched.set_quota(q);
+                single.set_quota(q);
+            }
+            let now = Timestamp::from_nanos(round * 100 * MS).unwrap();
+            out.clear();
+            batched.check_batch_at(&keys, now, &mut out);
+            let expected: Vec<_> = keys.iter().map(|k| single.check_at(k, now)).collect();
+            assert_eq!(out, expected, "capacity {capacity}, round {round}");
+            assert!(out.iter().any(|d| !d.is_allowed()), "some keys are limited");
+        }
+    }
+}

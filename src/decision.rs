@@ -48,7 +48,7 @@ pub struct Decision {
     /// `T * limit` is, and `T >= 1`), the [`Outcome`] in the top three (`OUTCOME_SHIFT`).
     /// Packing keeps a decision at 32 bytes (four words) instead of 40.
     limit_and_outcome: u64,
-    /// Emission interval of the quota used, ns (below `2^62`), with [`WINDOW`] set on a window
+    /// Emission interval of the quota used, ns (below `2^63`), with [`WINDOW`] set on a window
     /// counter's decisions; read through [`t`](Decision::t).
     t: u64,
     /// `TAT' - now`, ns, where `TAT'` is the funnel after this request (unchanged unless
@@ -63,7 +63,8 @@ const LIMIT_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
 /// In `t`: the decision is a window counter's. Its `t` is then not an emission interval but
 /// the one that encodes the units in use (`window::decision`), which redis-cell's microsecond
 /// rounding would misreport, so [`Decision::to_cl_throttle`] gives the exact remaining units.
-/// A funnel's `t` is at most `2^60` and a window's below `2^62`, so the top bit is free.
+/// A funnel's `t` is at most `2^60` and a window's below `2^63` (`window::decision` clamps
+/// it), so the top bit is free.
 const WINDOW: u64 = 1 << 63;
 
 const _: () = assert!(

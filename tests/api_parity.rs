@@ -68,7 +68,28 @@ fn live_limiter_has_the_default_clock_and_check_at() {
     assert!(live.check_at("a", now).is_allowed());
     assert!(!live.check_at("a", now).is_allowed());
     assert!(live.check_at("b", now).is_allowed());
-    // Its Debug needs no `Debug` key or clock.
+}
+
+/// A key and a clock without `Debug`.
+#[derive(Hash)]
+struct Opaque(u64);
+struct Stopped;
+impl Clock for Stopped {
+    fn now(&self) -> Timestamp {
+        Timestamp::ZERO
+    }
+}
+
+#[test]
+fn live_limiter_debug_needs_no_debug_key_or_clock() {
+    let live = LiveLimiter::new(
+        Limiter::<Opaque>::builder(Quota::per_second(1).unwrap())
+            .clock(Stopped)
+            .build()
+            .unwrap(),
+    );
+    assert!(live.check(&Opaque(1)).is_allowed());
+    // This line compiles only if `LiveLimiter`'s `Debug` asks nothing of `Opaque` and `Stopped`.
     assert!(format!("{live:?}").starts_with("LiveLimiter"));
 }
 

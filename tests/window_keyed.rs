@@ -238,3 +238,21 @@ fn a_window_decision_reports_its_exact_remaining_units_in_cl_throttle_form() {
     let d = limiter.check_n(&1, 399);
     assert_eq!((d.remaining(), d.to_cl_throttle()[2]), (1, 1));
 }
+
+#[test]
+fn the_longest_sliding_window_decides_without_overflow() {
+    // A window of 2^62 ns (the longest a limit of 1 allows): the first request's state is
+    // fresh again after two windows, 2^63 ns.
+    let quota = SlidingWindowQuota::new(1, Duration::from_nanos(1 << 62)).unwrap();
+    let single = SlidingWindow::with_clock(quota, ManualClock::new());
+    let keyed = Limiter::<u64, _, _>::sliding_window(quota)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    for d in [single.check(), keyed.check(&1)] {
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.to_cl_throttle()[2], 0);
+    }
+    assert!(!single.check().is_allowed() && !keyed.check(&1).is_allowed());
+}

@@ -77,12 +77,17 @@ impl FixedWindowQuota {
 
 /// The word's window index (without the +1) and count, if it holds any.
 fn unpack(word: u64) -> Option<(u64, u64)> {
-    (word != 0).then(|| ((word >> COUNT_BITS) - 1, word & COUNT_MASK))
+    // Wrapping: a word the counter wrote holds index + 1 >= 1; any other (only tests and
+    // fuzzing make one) reads as the last window, which can only deny.
+    (word != 0).then(|| ((word >> COUNT_BITS).wrapping_sub(1), word & COUNT_MASK))
 }
 
 fn pack(index: u64, count: u64) -> u64 {
     debug_assert!(count <= COUNT_MASK);
-    ((index + 1) << COUNT_BITS) | count
+    // Wrapping: only the last window's index (read from a word the counter did not write,
+    // `unpack`) has no successor; it packs into index bits 0, which `unpack` reads as the last
+    // window again.
+    (index.wrapping_add(1) << COUNT_BITS) | count
 }
 
 /// Decides a request of `n` units at `now` on `word` (`0`: absent). Returns the decision and,

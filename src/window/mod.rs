@@ -107,8 +107,14 @@ pub(crate) fn validate(
 /// `floor((t * limit - reset) / t)`, so `t` is chosen to make that exactly `limit - used`
 /// (`reset / used <= t < reset / (used - 1)`); when no integer `t` fits (only when `reset`
 /// is under `used * (used - 1)` ns, at the very end of a window), `reset` is rounded up by at
-/// most `used` ns to the nearest value that has one. Requires `used <= limit` and
-/// `reset * limit <= 2^62` for `used >= 1` (the quotas' validation ensures both).
+/// most `used` ns to the nearest value that has one. Requires `used <= limit` and `reset <= 2
+/// W`, with `W * limit <= 2^62` (the quotas' validation and the counters ensure both), so
+/// `t * limit <= 2^63`.
+///
+/// `t` is at most `2^63 - 1`, so that its top bit is free for the window flag
+/// ([`Decision::of_window`]). It would reach `2^63` only for `used = 1` and `reset = 2^63`
+/// (a sliding window of `2^62` ns, whose limit is then 1); there any `t` up to `reset` gives
+/// the same `remaining`, 0.
 pub(crate) fn decision(
     outcome: Outcome,
     limit: u64,
@@ -121,7 +127,7 @@ pub(crate) fn decision(
         // Nothing in use: the state is the same as a fresh one.
         return Decision::with_outcome(outcome, &Quota::view(1, limit), 0, retry).of_window();
     }
-    let t = reset.div_ceil(used).max(1);
+    let t = reset.div_ceil(used).clamp(1, (1 << 63) - 1);
     let reset = if t * (used - 1) < reset {
         reset
     } else {
@@ -133,6 +139,16 @@ pub(crate) fn decision(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_reset_keeps_the_window_flag_and_reports_nothing_remaining() {
+        // One unit of a limit of 1, fresh again in 2^63 ns (a sliding window of 2^62 ns):
+        // `t` would be 2^63, the flag's bit.
+        let d = decision(Outcome::Allowed, 1, 1, 1 << 63, 0);
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after(), Duration::from_nanos(1 << 63));
+        assert_eq!(d.to_cl_throttle()[2], 0);
+    }
 
     #[test]
     fn the_encoded_decision_reports_exactly_the_units_in_use() {

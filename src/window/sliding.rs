@@ -85,7 +85,9 @@ impl SlidingWindowQuota {
 fn unpack(word: u64) -> Option<(u64, u64, u64)> {
     (word != 0).then(|| {
         (
-            (word >> (2 * COUNT_BITS)) - 1,
+            // Wrapping, as in the fixed counter's `unpack`: only words the counter did not
+            // write have index bits 0.
+            (word >> (2 * COUNT_BITS)).wrapping_sub(1),
             (word >> COUNT_BITS) & COUNT_MASK,
             word & COUNT_MASK,
         )
@@ -94,7 +96,8 @@ fn unpack(word: u64) -> Option<(u64, u64, u64)> {
 
 fn pack(index: u64, prev: u64, cur: u64) -> u64 {
     debug_assert!(prev <= COUNT_MASK && cur <= COUNT_MASK);
-    ((index + 1) << (2 * COUNT_BITS)) | (prev << COUNT_BITS) | cur
+    // Wrapping: as in the fixed counter's `pack`.
+    (index.wrapping_add(1) << (2 * COUNT_BITS)) | (prev << COUNT_BITS) | cur
 }
 
 /// `prev * (W - e) + cur * W`: the estimate times `W`.

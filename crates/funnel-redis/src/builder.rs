@@ -116,7 +116,10 @@ impl Builder {
     /// [`Error::SubMicrosecondQuota`], [`Error::NotCellQuota`], [`Error::Funnel`] for a bad
     /// cache size or fallback quota, [`Error::InvalidUrl`]; [`Error::CellModuleMissing`] when
     /// [`Backend::Cell`] is chosen, Redis answers, and `MODULE LIST` does not list redis-cell;
-    /// [`Error::Connect`] under [`OnFailure::Report`] when the first attempt fails.
+    /// [`Error::Connect`] under [`OnFailure::Report`] when the first attempt fails;
+    /// [`Error::NoPermission`] under every policy when the server refuses the connection (a
+    /// wrong password, a missing ACL permission, a database index out of range), which requests
+    /// also get, rather than the policy's answer, until a connection succeeds.
     pub async fn build(self) -> Result<RedisLimiter, Error> {
         let t_ns = self.quota.emission_interval().as_nanos();
         if t_ns % 1_000 != 0 {
@@ -157,6 +160,11 @@ impl Builder {
             clock: Monotonic::new(),
             counters: Counters::default(),
         };
+        // A server that refused us (a wrong password, say) is a setting to fix: no policy
+        // answers for it, or `OnFailure::Open` would run without a limit until someone looked.
+        if let Some(message) = limiter.link.refused() {
+            return Err(Error::NoPermission { message });
+        }
         if !connected && limiter.policy.on_failure() == OnFailure::Report {
             return Err(Error::Connect {
                 reason: limiter
@@ -175,12 +183,18 @@ impl Builder {
         Ok(limiter)
     }
 
+    /// The connection's own response timeout: four times a request's (at least 1 ms),
+    /// saturating, so `timeout(Duration::MAX)` is accepted.
+    fn response_timeout(&self) -> Duration {
+        self.timeout.max(Duration::from_millis(1)).saturating_mul(4)
+    }
+
     fn target(&self) -> Result<Target, Error> {
         #[cfg(feature = "cluster")]
         if self.cluster {
             let client = redis::cluster::ClusterClient::builder(self.urls.clone())
                 .connection_timeout(self.connect_timeout)
-                .response_timeout(self.timeout.max(Duration::from_millis(1)) * 4)
+                .response_timeout(self.response_timeout())
                 .retries(2)
                 .build()
                 .map_err(Error::InvalidUrl)?;
@@ -197,7 +211,7 @@ impl Builder {
         // that fails meanwhile takes the failure policy like any other.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(self.connect_timeout)
-            .set_response_timeout(self.timeout.max(Duration::from_millis(1)) * 4)
+            .set_response_timeout(self.response_timeout())
             .set_number_of_retries(0);
         Ok(Target::Single(client, config))
     }

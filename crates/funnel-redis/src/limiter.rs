@@ -121,11 +121,21 @@ impl RedisLimiter {
         }
     }
 
+    /// Why there is no connection: the server refused the last attempt (a wrong password, a
+    /// missing permission: [`Error::NoPermission`], never answered by the failure policy), or
+    /// it could not be reached ([`Failure::Connection`], answered by the policy).
+    fn no_connection(&self) -> Sorted {
+        match self.link.refused() {
+            Some(message) => Sorted::Error(Error::NoPermission { message }),
+            None => Sorted::Failure(Failure::Connection),
+        }
+    }
+
     /// One request to Redis: the command, and when the script is not loaded (a new or
     /// restarted server), the same request as `EVAL`, which loads it.
     async fn one(&self, redis_key: &str, n: u64, now_us: Option<u64>) -> Result<Value, Sorted> {
         let Some((generation, mut conn)) = self.link.get().await else {
-            return Err(Sorted::Failure(Failure::Connection));
+            return Err(self.no_connection());
         };
         let first = conn
             .command(&self.command(redis_key, n, now_us, false))
@@ -145,8 +155,11 @@ impl RedisLimiter {
     /// are answered here, the others go to Redis in one pipeline, one round trip (each still
     /// decided atomically by Redis, in order). On a cluster connection, one pipeline per hash
     /// slot, sent concurrently. One answer per key, in order; a key's error (say `WRONGTYPE`)
-    /// is that key's alone. The whole call is bounded by the timeout; a key whose pipeline did
-    /// not come back is answered by the failure policy.
+    /// is that key's alone on a single server. On a cluster, a pipeline reports its first
+    /// error for every command in it: the other keys of that hash slot then get the same
+    /// error although Redis decided (and may have charged) them; use [`check`](Self::check)
+    /// for a key that may hold a foreign value there. The whole call is bounded by the
+    /// timeout; a key whose pipeline did not come back is answered by the failure policy.
     pub async fn check_many(&self, keys: &[&str], n: u64) -> Vec<Result<Checked, Error>> {
         let sent = self.clock.now();
         let mut out: Vec<Slot> = keys
@@ -192,7 +205,7 @@ impl RedisLimiter {
         let Some((generation, conn)) = self.link.get().await else {
             let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
             for (j, &i) in remote.iter().enumerate() {
-                answers[j] = Some(self.failed(keys[i], n, Sorted::Failure(Failure::Connection)));
+                answers[j] = Some(self.failed(keys[i], n, self.no_connection()));
             }
             return;
         };
@@ -524,11 +537,14 @@ impl RedisLimiter {
     /// [`Error::Unavailable`] when Redis cannot be reached within the timeout (whatever the
     /// policy: a reset is not a decision), or an error reply.
     pub async fn reset(&self, key: &str) -> Result<bool, Error> {
+        // Invalidated before the `DEL` and again after its reply: a denial of the key sent
+        // before the `DEL` and answered after the first invalidation would otherwise stay in
+        // the cache, denying a key Redis no longer holds.
         self.invalidate(key);
         let redis_key = self.redis_key(key);
         let del = async {
             let Some((generation, mut conn)) = self.link.get().await else {
-                return Err(Sorted::Failure(Failure::Connection));
+                return Err(self.no_connection());
             };
             let reply = conn.command(redis::cmd("DEL").arg(&redis_key)).await;
             self.sorted(reply, &redis_key, generation)
@@ -557,7 +573,7 @@ impl RedisLimiter {
     pub async fn redis_cell_loaded(&self) -> Result<bool, Error> {
         let list = async {
             let Some((generation, mut conn)) = self.link.get().await else {
-                return Err(Sorted::Failure(Failure::Connection));
+                return Err(self.no_connection());
             };
             let reply = conn
                 .command(&redis::cmd("MODULE").arg("LIST").clone())

@@ -95,6 +95,10 @@ pub(crate) struct Link {
     failing: AtomicBool,
     /// The last connection error, for `build` under `OnFailure::Report`.
     last_error: RwLock<Option<String>>,
+    /// The server's refusal of the last attempt (a wrong password, a missing permission, a
+    /// database that does not exist): a setting to fix, not an outage, so requests get it as
+    /// an error instead of the failure policy's answer.
+    refused: RwLock<Option<String>>,
 }
 
 impl Link {
@@ -110,6 +114,7 @@ impl Link {
             connecting: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             last_error: RwLock::new(None),
+            refused: RwLock::new(None),
         });
         link.ensure_connecting();
         link
@@ -166,6 +171,14 @@ impl Link {
         settled.await;
     }
 
+    /// The server's refusal of the last attempt to connect, if it refused (see `refused`).
+    pub(crate) fn refused(&self) -> Option<String> {
+        self.refused
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub(crate) fn last_error(&self) -> Option<String> {
         self.last_error
             .read()
@@ -188,6 +201,7 @@ impl Link {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *self.slot.write().unwrap_or_else(|p| p.into_inner()) = Some((generation, conn));
         *self.last_error.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.refused.write().unwrap_or_else(|p| p.into_inner()) = None;
         // Relaxed: read with the slot, which the lock above published.
         self.failing.store(false, Ordering::Relaxed);
         // Release: pairs with the AcqRel swap in `ensure_connecting`.
@@ -217,6 +231,8 @@ async fn connect(link: Weak<Link>, target: Target) {
             }
             Err(e) => {
                 *link.last_error.write().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                *link.refused.write().unwrap_or_else(|p| p.into_inner()) =
+                    refusal(&e).then(|| e.to_string());
                 // Release: pairs with the Acquire load in `get`.
                 link.failing.store(true, Ordering::Release);
                 link.attempted();
@@ -226,4 +242,17 @@ async fn connect(link: Weak<Link>, target: Target) {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Whether a failed connection was the server refusing us (authentication, permissions, a
+/// database index out of range) rather than the server being unreachable or busy.
+fn refusal(e: &redis::RedisError) -> bool {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    if matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM")) {
+        return true;
+    }
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    detail.contains("db index is out of range") || detail.contains("invalid db index")
 }

@@ -19,8 +19,10 @@
 //! feature `injected-time`, for tests) passes it: the arithmetic can then be checked against the
 //! reference model at the replay file's own timestamps. The key's expiry (`PX`) is still
 //! measured by the server's real clock, so a test that injects times keeps its keys' TTLs longer
-//! than the test takes. A key holding another type makes `GET` fail with `WRONGTYPE`: a typed
-//! error, never a silent overwrite.
+//! than the test takes. A key holding another type makes `GET` fail with `WRONGTYPE`, and a
+//! string that is not a whole number of microseconds from 0 to 2^53 (another program's value,
+//! `"1.5"`, `"-5"`, `"abc"`) makes the script answer `WRONGTYPE` itself, before any write: a
+//! typed error, never a silent overwrite.
 
 pub(crate) const GCRA: &str = r#"
 local t = tonumber(ARGV[1])
@@ -36,7 +38,12 @@ else
 end
 local stored = redis.call('GET', KEYS[1])
 local tat = 0
-if stored then tat = tonumber(stored) end
+if stored then
+  tat = tonumber(stored)
+  if tat == nil or tat ~= math.floor(tat) or tat < 0 or tat > 9007199254740992 then
+    return redis.error_reply('WRONGTYPE the key holds a string that is not an arrival time')
+  end
+end
 if n > limit then
   return {2, tat, now}
 end

@@ -104,3 +104,55 @@ async fn the_cell_backend_without_the_module_is_a_typed_error() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A server that refuses the connection (a wrong password) is a setting to fix: `build` fails
+/// with `NoPermission` whatever the policy, and no policy answers requests in its place (under
+/// `OnFailure::Open` that would be running without a limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_the_build_under_every_policy() {
+    let server = server();
+    let mut con = inspect(&server);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("secret")
+        .query(&mut con)
+        .unwrap();
+    let wrong = server.url().replace("redis://", "redis://:wrong@");
+    for policy in [OnFailure::Open, OnFailure::Closed, OnFailure::Report] {
+        let built = RedisLimiter::builder(&wrong, Quota::per_second(10).unwrap())
+            .on_failure(policy)
+            .build()
+            .await;
+        match built {
+            Err(Error::NoPermission { .. }) => {}
+            Err(other) => panic!("{policy:?}: expected NoPermission, got {other:?}"),
+            Ok(_) => panic!("{policy:?}: built on a server that refused us"),
+        }
+    }
+}
+
+/// A string under the key that is not an arrival time (another program's value) is
+/// `Error::WrongType` too, and is left alone: never overwritten, never charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_string_is_a_typed_error_and_is_left_alone() {
+    let server = server();
+    let l = limiter(&server, Quota::per_second(10).unwrap()).await;
+    let mut con = inspect(&server);
+    for foreign in ["1.5", "-5", "abc", "nan", "inf", "", "1e300"] {
+        let _: () = redis::cmd("SET")
+            .arg(l.redis_key("foreign"))
+            .arg(foreign)
+            .query(&mut con)
+            .unwrap();
+        match l.check("foreign").await {
+            Err(Error::WrongType { .. }) => {}
+            other => panic!("{foreign:?}: expected WrongType, got {other:?}"),
+        }
+        let kept: String = redis::cmd("GET")
+            .arg(l.redis_key("foreign"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(kept, foreign, "the value was left alone");
+    }
+}

@@ -36,16 +36,17 @@ OPTIONS:
                            count requests per period, one every period/count once the burst
                            is used up; burst is how many may come at once, and defaults to
                            count.
-                               key:    ip | ip/<v6 prefix> | client | route | global
-                                       | header:<name>
+                               key:    ip | ip/<v6 prefix> | client | client-forwarded
+                                       | route | global | header:<name>
                                period: <n>ms | <n>s | <n>m | <n>h (a bare number is seconds)
                            e.g. \"ip=10/1s,burst=20\" (10 per second, 20 at once)
                                 \"route=1000/60s\" \"header:x-api-key=100/1m\"
                            ip is the peer (IPv6 grouped by /64 unless ip/<prefix>); client is
-                           the address a trusted proxy forwarded (see --trust); route is the
+                           the address a trusted proxy appended to X-Forwarded-For (see
+                           --trust), client-forwarded the same from Forwarded; route is the
                            request path.
-    --trust <net>          a proxy in front of this one whose X-Forwarded-For / Forwarded
-                           the `client` key believes (repeatable; none by default)
+    --trust <net>          a proxy in front of this one whose X-Forwarded-For (or Forwarded)
+                           the client keys believe (repeatable; none by default)
     --shadow               evaluate and count, add headers, never reject
     --legacy-headers       X-RateLimit-Limit/Remaining/Reset instead of RateLimit-Policy/RateLimit
     --closest              RateLimit headers for the policy closest to its limit only
@@ -330,8 +331,15 @@ async fn main() {
         if args.no_limit { ", no limit" } else { "" }
     );
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors (or another transient error): retrying at once
+                // would spin a core until a connection closes.
+                eprintln!("proxy: accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(stream);

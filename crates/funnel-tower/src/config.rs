@@ -134,7 +134,9 @@ impl Builder {
     /// Requests under the path `prefix` pass unlimited, uncounted and without headers. The
     /// match is by whole segments: `/health` exempts `/health`, `/health/` and `/health/db`,
     /// not `/healthz` (a trailing `/` in `prefix` changes nothing; `/` exempts every path).
-    /// A prefix that does not start with `/` is [`Error::BadExemptPath`].
+    /// A path with a `.` or `..` segment (also percent-encoded) or an encoded `/` is never
+    /// exempt, since the upstream may normalise it into a path outside `prefix`. A prefix that
+    /// does not start with `/` is [`Error::BadExemptPath`].
     pub fn exempt_path(mut self, prefix: impl Into<String>) -> Self {
         self.exempt_paths.push(prefix.into());
         self
@@ -211,7 +213,10 @@ impl Builder {
             if policies.iter().any(|p| *p.name == *name) {
                 return Err(Error::DuplicateName(name));
             }
-            if let KeyBy::PeerIp { v6_prefix } | KeyBy::ClientIp { v6_prefix, .. } = &def.key {
+            if let KeyBy::PeerIp { v6_prefix }
+            | KeyBy::ClientIp { v6_prefix, .. }
+            | KeyBy::ClientIpForwarded { v6_prefix, .. } = &def.key
+            {
                 if *v6_prefix > 128 {
                     return Err(Error::BadPrefix(*v6_prefix));
                 }
@@ -337,10 +342,12 @@ impl<C> Config<C> {
     #[inline]
     pub(crate) fn is_exempt(&self, method: &Method, path: &str) -> bool {
         self.exempt_methods.contains(method)
-            || self
-                .exempt_paths
-                .iter()
-                .any(|prefix| under_path(prefix, path))
+            || (!self.exempt_paths.is_empty()
+                && !ambiguous(path)
+                && self
+                    .exempt_paths
+                    .iter()
+                    .any(|prefix| under_path(prefix, path)))
     }
 }
 
@@ -353,6 +360,32 @@ fn under_path(prefix: &str, path: &str) -> bool {
         Some(rest) => rest.is_empty() || rest.starts_with('/'),
         None => false,
     }
+}
+
+/// Whether `path` has a segment an upstream may rewrite, which no exempt prefix may match (an
+/// upstream that normalises `/health/../admin` serves `/admin`): a `.` or `..` segment (`.`
+/// also as `%2e`, any case), an encoded `/` or `\` (`%2f`, `%5c`), or a plain `\`, which some
+/// servers take for `/`. No allocation: it runs on every request while exempt paths are set.
+fn ambiguous(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let encoded = |code: &[u8]| bytes.windows(3).any(|w| w.eq_ignore_ascii_case(code));
+    bytes.contains(&b'\\') || encoded(b"%2f") || encoded(b"%5c") || path.split('/').any(dots)
+}
+
+/// Whether a path segment is `.` or `..`, each dot plain or `%2e`.
+fn dots(segment: &str) -> bool {
+    let (mut rest, mut n) = (segment.as_bytes(), 0);
+    while !rest.is_empty() {
+        if rest[0] == b'.' {
+            rest = &rest[1..];
+        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case(b"%2e") {
+            rest = &rest[3..];
+        } else {
+            return false;
+        }
+        n += 1;
+    }
+    n == 1 || n == 2
 }
 
 #[cfg(test)]
@@ -373,6 +406,24 @@ mod tests {
             ("/", "/anything", true),
         ] {
             assert_eq!(under_path(prefix, path), exempt, "{prefix} {path}");
+        }
+    }
+
+    #[test]
+    fn paths_an_upstream_may_normalise_elsewhere_are_never_exempt() {
+        for path in [
+            "/health/../admin",
+            "/health/%2e%2e/admin",
+            "/health/%2E./admin",
+            "/health/./x",
+            "/health%2f..%2fadmin",
+            "/health\\..\\admin",
+        ] {
+            assert!(ambiguous(path), "{path}");
+        }
+        // Dots inside a segment are just characters.
+        for path in ["/health/v1.2/..x", "/health/...", "/health/.well-known"] {
+            assert!(!ambiguous(path), "{path}");
         }
     }
 

@@ -44,8 +44,17 @@ pub struct Net {
 }
 
 impl Net {
-    /// `addr/prefix`; `None` when the prefix is longer than the address (32 or 128 bits).
+    /// `addr/prefix`; `None` when the prefix is longer than the address (32 or 128 bits). An
+    /// IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`) is its IPv4 network (`10.0.0.0/8`),
+    /// as [`contains`](Self::contains) takes mapped addresses for IPv4 ones.
     pub fn new(addr: IpAddr, prefix: u8) -> Option<Net> {
+        let (addr, prefix) = match addr {
+            IpAddr::V6(v6) if (96..=128).contains(&prefix) => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), prefix - 96),
+                None => (addr, prefix),
+            },
+            _ => (addr, prefix),
+        };
         let bits = if addr.is_ipv4() { 32 } else { 128 };
         (prefix <= bits).then_some(Net {
             addr: mask(addr, prefix),
@@ -104,20 +113,31 @@ pub enum KeyBy {
         /// Bits of an IPv6 address that form the key.
         v6_prefix: u8,
     },
-    /// The client's address behind the proxies in `trusted`. Only when the peer is trusted is
-    /// a forwarding header read: `X-Forwarded-For` if present, else RFC 7239 `Forwarded`
-    /// (its `for=` parameters). Its hops are walked from the right, the entry of the nearest
-    /// proxy first, skipping trusted proxies; the first address that is not trusted is the
-    /// client (if every hop is trusted, the left-most). Entries left of the client are what
-    /// the client itself sent and are never read, so it cannot choose its key by sending a
-    /// header of its own.
+    /// The client's address behind the proxies in `trusted`, from the `X-Forwarded-For`
+    /// header they append to. Only when the peer is trusted is the header read. Its hops are
+    /// walked from the right, the entry of the nearest proxy first, skipping trusted proxies;
+    /// the first address that is not trusted is the client (if every hop is trusted, the
+    /// left-most). Entries left of the client are what the client itself sent and are never
+    /// read, so it cannot choose its key by sending a header of its own. RFC 7239 `Forwarded`
+    /// is not read: a proxy that writes it passes the client's own `X-Forwarded-For` through,
+    /// and whichever of the two a proxy does not write is the client's to fill. Proxies that
+    /// write `Forwarded` take [`KeyBy::ClientIpForwarded`].
     ///
     /// Falls back to the peer's address when the peer is not trusted, when there is no
     /// forwarding header, and when the walk meets, before finding the client, a hop that is
     /// not an address (garbage, non-UTF-8 bytes, an entry over 64 bytes, a `Forwarded`
-    /// element without `for=`, an obfuscated `for=_hidden` or `for=unknown`) or more than 32
-    /// trusted hops. No peer address: one shared "missing" key.
+    /// element without `for=`, an obfuscated `for=_hidden` or `for=unknown`) or 32 trusted
+    /// hops or more. No peer address: one shared "missing" key.
     ClientIp {
+        /// The trusted proxies.
+        trusted: Vec<Net>,
+        /// As for [`KeyBy::PeerIp`].
+        v6_prefix: u8,
+    },
+    /// As [`KeyBy::ClientIp`], from the RFC 7239 `Forwarded` header (its `for=` parameters)
+    /// that the proxies in `trusted` append to; `X-Forwarded-For` is not read. The same walk
+    /// and the same fallbacks.
+    ClientIpForwarded {
         /// The trusted proxies.
         trusted: Vec<Net>,
         /// As for [`KeyBy::PeerIp`].
@@ -145,6 +165,13 @@ impl std::fmt::Debug for KeyBy {
             KeyBy::PeerIp { v6_prefix } => write!(f, "PeerIp(/{v6_prefix})"),
             KeyBy::ClientIp { trusted, v6_prefix } => {
                 write!(f, "ClientIp({} trusted, /{v6_prefix})", trusted.len())
+            }
+            KeyBy::ClientIpForwarded { trusted, v6_prefix } => {
+                write!(
+                    f,
+                    "ClientIpForwarded({} trusted, /{v6_prefix})",
+                    trusted.len()
+                )
             }
             KeyBy::Header(h) => write!(f, "Header({h})"),
             KeyBy::Route => f.write_str("Route"),
@@ -191,7 +218,12 @@ impl KeyBy {
     pub(crate) fn key<'a>(&self, parts: &'a Parts) -> KeyBytes<'a> {
         match self {
             KeyBy::PeerIp { v6_prefix } => ip_key(peer(parts), *v6_prefix),
-            KeyBy::ClientIp { trusted, v6_prefix } => ip_key(client_ip(parts, trusted), *v6_prefix),
+            KeyBy::ClientIp { trusted, v6_prefix } => {
+                ip_key(client_ip(parts, trusted, Header::XForwardedFor), *v6_prefix)
+            }
+            KeyBy::ClientIpForwarded { trusted, v6_prefix } => {
+                ip_key(client_ip(parts, trusted, Header::Forwarded), *v6_prefix)
+            }
             KeyBy::Header(name) => match parts.headers.get(name) {
                 Some(v) if v.len() <= MAX_HEADER_KEY => KeyBytes::Borrowed(v.as_bytes()),
                 _ => KeyBytes::Borrowed(MISSING),
@@ -233,35 +265,45 @@ enum Walk {
     Client(IpAddr),
     /// No hop at all.
     Empty,
-    /// A malformed hop, or more than [`MAX_HOPS`] trusted ones, before the client was found.
+    /// A malformed hop, or [`MAX_HOPS`] trusted ones or more, before the client was found.
     Malformed,
 }
 
-/// The client address behind trusted proxies. Only a trusted peer's forwarding header counts:
-/// `X-Forwarded-For` when present, else `Forwarded`. Its hops are walked from the right (the
+/// The forwarding header a policy's trusted proxies append to.
+#[derive(Clone, Copy)]
+enum Header {
+    XForwardedFor,
+    Forwarded,
+}
+
+/// The client address behind trusted proxies. Only a trusted peer's `header` counts (the other
+/// forwarding header may be the client's own). Its hops are walked from the right (the
 /// nearest proxy's entry first), skipping trusted proxies; the first hop that is not trusted
 /// is the client, and nothing to its left (what the client itself sent) is read. A malformed
-/// hop before that, more than [`MAX_HOPS`] trusted hops, or no header: the peer.
-fn client_ip(parts: &Parts, trusted: &[Net]) -> Option<IpAddr> {
+/// hop before that, [`MAX_HOPS`] trusted hops or more, or no header: the peer.
+fn client_ip(parts: &Parts, trusted: &[Net], header: Header) -> Option<IpAddr> {
     let peer = peer(parts)?;
     let is_trusted = |ip: IpAddr| trusted.iter().any(|n| n.contains(ip));
     if !is_trusted(peer) {
         return Some(peer);
     }
-    let xff = parts.headers.get_all("x-forwarded-for");
-    let walk = if xff.iter().next().is_some() {
-        let hops = xff
-            .iter()
-            .rev()
-            .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
-        walk(hops.map(xff_hop), is_trusted)
-    } else {
-        let fwd = parts.headers.get_all("forwarded");
-        let hops = fwd
-            .iter()
-            .rev()
-            .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
-        walk(hops.map(forwarded_hop), is_trusted)
+    let walk = match header {
+        Header::XForwardedFor => {
+            let values = parts.headers.get_all("x-forwarded-for");
+            let hops = values
+                .iter()
+                .rev()
+                .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
+            walk(hops.map(xff_hop), is_trusted)
+        }
+        Header::Forwarded => {
+            let values = parts.headers.get_all("forwarded");
+            let hops = values
+                .iter()
+                .rev()
+                .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
+            walk(hops.map(forwarded_hop), is_trusted)
+        }
     };
     match walk {
         Walk::Client(ip) => Some(ip),
@@ -423,9 +465,33 @@ mod tests {
         }
     }
 
+    fn client_fwd(trusted: &str) -> KeyBy {
+        KeyBy::ClientIpForwarded {
+            trusted: trusted.split(' ').map(|n| Net::parse(n).unwrap()).collect(),
+            v6_prefix: 64,
+        }
+    }
+
     /// The key [`KeyBy::PeerIp`] gives a request from `ip`.
     fn ip(ip: &str) -> Vec<u8> {
         key(&KeyBy::PeerIp { v6_prefix: 64 }, &parts(ip, &[]))
+    }
+
+    #[test]
+    fn an_ipv4_mapped_network_is_its_ipv4_network() {
+        let mapped = Net::parse("::ffff:10.0.0.0/104").unwrap();
+        assert_eq!(mapped, Net::parse("10.0.0.0/8").unwrap());
+        for ip in ["10.0.0.1", "::ffff:10.0.0.1"] {
+            assert!(mapped.contains(ip.parse().unwrap()), "{ip}");
+            assert!(Net::parse("::ffff:10.0.0.1")
+                .unwrap()
+                .contains(ip.parse().unwrap()));
+        }
+        assert!(!mapped.contains("11.0.0.1".parse().unwrap()));
+        // Shorter than the mapped prefix: an IPv6 network like any other.
+        assert!(Net::parse("::ffff:0:0/95")
+            .unwrap()
+            .contains("::fffe:0:1".parse().unwrap()));
     }
 
     #[test]
@@ -451,11 +517,12 @@ mod tests {
         assert_eq!(key(&by, &parts("10.0.0.1", xff)), ip("198.51.100.7"));
         // From anyone else: the peer, whatever the header says.
         assert_eq!(key(&by, &parts("203.0.113.9", xff)), ip("203.0.113.9"));
-        // RFC 7239 Forwarded, with a port and brackets.
+        // RFC 7239 Forwarded, with a port and brackets, for the key that reads it.
+        let by_fwd = client_fwd("10.0.0.0/8");
         let fwd: &[(&str, &[u8])] = &[("forwarded", br#"for="[2001:db8::7]:4711";proto=https"#)];
-        assert_eq!(key(&by, &parts("10.0.0.1", fwd)), ip("2001:db8::99"));
+        assert_eq!(key(&by_fwd, &parts("10.0.0.1", fwd)), ip("2001:db8::99"));
         let fwd: &[(&str, &[u8])] = &[("forwarded", b"for=192.0.2.60;proto=http, for=10.0.0.3")];
-        assert_eq!(key(&by, &parts("10.0.0.1", fwd)), ip("192.0.2.60"));
+        assert_eq!(key(&by_fwd, &parts("10.0.0.1", fwd)), ip("192.0.2.60"));
         // Several header lines are one list, in order.
         let lines: &[(&str, &[u8])] = &[
             ("x-forwarded-for", b"192.0.2.8"),
@@ -510,8 +577,32 @@ mod tests {
             b"for=\xff",
         ] {
             let h: &[(&str, &[u8])] = &[("forwarded", bad)];
+            let by = client_fwd("10.0.0.0/8");
             assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("10.0.0.1"), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn each_client_key_reads_only_the_header_its_proxies_write() {
+        // A proxy that writes `Forwarded` passes the client's own `X-Forwarded-For` through
+        // (and the other way round): the header a key does not read cannot pick its key.
+        let both = |xff: &'static [u8]| -> Vec<(&'static str, &'static [u8])> {
+            vec![("forwarded", b"for=198.51.100.7"), ("x-forwarded-for", xff)]
+        };
+        let by_fwd = client_fwd("10.0.0.0/8");
+        for spoof in [&b"203.0.113.1"[..], b"203.0.113.2"] {
+            let h = both(spoof);
+            assert_eq!(key(&by_fwd, &parts("10.0.0.1", &h)), ip("198.51.100.7"));
+        }
+        let by_xff = client("10.0.0.0/8");
+        let h: &[(&str, &[u8])] = &[
+            ("x-forwarded-for", b"198.51.100.7"),
+            ("forwarded", b"for=203.0.113.1"),
+        ];
+        assert_eq!(key(&by_xff, &parts("10.0.0.1", h)), ip("198.51.100.7"));
+        // Only the other header: the peer.
+        let h: &[(&str, &[u8])] = &[("forwarded", b"for=203.0.113.1")];
+        assert_eq!(key(&by_xff, &parts("10.0.0.1", h)), ip("10.0.0.1"));
     }
 
     #[test]

@@ -364,7 +364,15 @@ where
                     Poll::Pending => return Poll::Pending,
                 };
                 for (name, value) in headers.take() {
-                    response.headers_mut().append(name, value);
+                    // The draft's `RateLimit` and `RateLimit-Policy` are lists, and an
+                    // upstream's (or an inner layer's) entries join ours. The legacy
+                    // `X-RateLimit-*` fields hold one value each: ours replaces theirs, so a
+                    // response never carries two limits under one name.
+                    if name.as_str().starts_with("x-ratelimit-") {
+                        response.headers_mut().insert(name, value);
+                    } else {
+                        response.headers_mut().append(name, value);
+                    }
                 }
                 Poll::Ready(Ok(response.map(Either::Left)))
             }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <key>=<count>/<period>[,burst=<n>]
-//!   key     ip | ip/<v6 prefix> | client | route | global | header:<name>
+//!   key     ip | ip/<v6 prefix> | client | client-forwarded | route | global | header:<name>
 //!   period  <n>ms | <n>s | <n>m | <n>h      (a bare number is seconds)
 //!   burst   the funnel's capacity (default: count)
 //! ```
@@ -11,8 +11,9 @@
 //! every 100 ms), and up to `burst` requests may come at once.
 //!
 //! `ip` is the peer address (IPv6 grouped by /64 unless a prefix is given); `client` the
-//! address from `X-Forwarded-For`/`Forwarded` when the peer is a trusted proxy; the policy's
-//! name is the key part (`ip`, `route`, `x-api-key`, ...).
+//! address from `X-Forwarded-For` when the peer is a trusted proxy, `client-forwarded` the
+//! same from RFC 7239 `Forwarded` (for proxies that write that one); the policy's name is the
+//! key part (`ip`, `client`, `route`, `x-api-key`, ...).
 
 use std::time::Duration;
 
@@ -78,6 +79,13 @@ pub fn parse_limit(spec: &str, trusted: &[Net]) -> Result<PolicySpec, SpecError>
                 v6_prefix: 64,
             },
         ),
+        "client-forwarded" => (
+            "client".to_string(),
+            KeyBy::ClientIpForwarded {
+                trusted: trusted.to_vec(),
+                v6_prefix: 64,
+            },
+        ),
         "route" => ("route".to_string(), KeyBy::Route),
         "global" => ("global".to_string(), KeyBy::Global),
         k if k.starts_with("ip/") => {
@@ -95,7 +103,8 @@ pub fn parse_limit(spec: &str, trusted: &[Net]) -> Result<PolicySpec, SpecError>
         }
         k => {
             return Err(err(format!(
-                "unknown key {k:?} (ip, ip/<prefix>, client, route, global, header:<name>)"
+                "unknown key {k:?} (ip, ip/<prefix>, client, client-forwarded, route, global, \
+                 header:<name>)"
             )))
         }
     };

@@ -375,6 +375,9 @@ async fn legacy_headers_and_exempt_paths_by_whole_segments() {
     // `/healthz` is another path: limited like any other.
     let r = get(addr, "/healthz-x", &[]).await;
     assert_eq!(r.header("x-ratelimit-remaining"), Some("1"));
+    // A path an upstream may normalise out of `/health` is limited too.
+    let r = get(addr, "/health/../admin", &[]).await;
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -295,14 +295,37 @@ async fn ipv6_peers_and_forwarded_ipv6_clients_are_grouped_by_64() {
         status(get(&proxy, "::1", "/", &xff("2001:db8::ffff:1")).await),
         429
     );
-    // The next /64, through Forwarded as well: its own funnel.
-    let fwd = [("forwarded", &br#"for="[2001:db8:0:1::1]:4711""#[..])];
+    // The next /64: its own funnel.
     assert_eq!(
         status(get(&proxy, "::1", "/", &xff("2001:db8:0:1::9")).await),
         200
     );
-    assert_eq!(status(get(&proxy, "::1", "/", &fwd).await), 200);
-    assert_eq!(status(get(&proxy, "::1", "/", &fwd).await), 429);
+
+    // Behind a proxy that writes RFC 7239 `Forwarded` (`client-forwarded`): the same /64
+    // grouping, and the client's own `X-Forwarded-For` is not read.
+    let proxy = start_proxy(
+        "[::1]",
+        up,
+        &["--trust", "::1", "--limit", "client-forwarded=2/1h"],
+    );
+    let fwd = |spoof: &'static str| {
+        [
+            ("forwarded", &br#"for="[2001:db8:0:1::1]:4711""#[..]),
+            ("x-forwarded-for", spoof.as_bytes()),
+        ]
+    };
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &fwd("192.0.2.1")).await),
+        200
+    );
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &fwd("192.0.2.2")).await),
+        200
+    );
+    assert_eq!(
+        status(get(&proxy, "::1", "/", &fwd("192.0.2.3")).await),
+        429
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

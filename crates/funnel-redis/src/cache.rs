@@ -23,7 +23,7 @@
 //! tolerance), or until [`invalidate`](crate::RedisLimiter::invalidate) or
 //! [`invalidate_all`](crate::RedisLimiter::invalidate_all). It never admits anything.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Instant;
 
@@ -59,6 +59,9 @@ pub(crate) struct DenyCache {
     /// An upper bound of (server clock − local clock), ns, from the last reply (0 with
     /// `CL.THROTTLE`, whose arrival times are kept in the local frame).
     offset_ns: AtomicI64,
+    /// Invalidations so far. A reply to a request sent before an invalidation is not
+    /// remembered (`remember`): its denial may be what the invalidation removed.
+    invalidations: AtomicU64,
 }
 
 impl DenyCache {
@@ -68,6 +71,7 @@ impl DenyCache {
             capacity,
             table: RwLock::new(Self::table(quota, capacity)?),
             offset_ns: AtomicI64::new(0),
+            invalidations: AtomicU64::new(0),
         })
     }
 
@@ -104,19 +108,41 @@ impl DenyCache {
         self.offset_ns.store(offset, Ordering::Relaxed);
     }
 
+    /// The invalidations so far, read when a request is sent and handed back to `remember`
+    /// with its reply.
+    pub(crate) fn epoch(&self) -> u64 {
+        // Relaxed: compared after the SeqCst fence in `remember`, which orders what matters.
+        self.invalidations.load(Ordering::Relaxed)
+    }
+
     /// Remembers that `key` is denied until its arrival time `tat` (in the cache's frame), as
-    /// of `now` (same frame).
-    pub(crate) fn remember(&self, key: &str, tat: Timestamp, now: Timestamp) {
+    /// of `now` (same frame), from the reply to a request sent at `epoch`. If an invalidation
+    /// happened since the request was sent, the entry is removed again: the denial may be the
+    /// one the invalidation (a `reset`, say) took away.
+    pub(crate) fn remember(&self, key: &str, tat: Timestamp, now: Timestamp, epoch: u64) {
         let table = self.table.read().unwrap_or_else(|p| p.into_inner());
         table.raise_at(key, tat, now);
+        // SeqCst fence, paired with the one in `invalidate`: either our raise comes before
+        // its fence, and its reset (after its fence) sees and clears the entry, or its fence
+        // comes first, and the count read after ours sees its increment, so we clear it.
+        fence(Ordering::SeqCst);
+        if self.invalidations.load(Ordering::Relaxed) != epoch {
+            table.reset(key);
+        }
     }
 
     pub(crate) fn invalidate(&self, key: &str) {
+        // Relaxed increment, then the SeqCst fence `remember` pairs with (see there).
+        self.invalidations.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
         let table = self.table.read().unwrap_or_else(|p| p.into_inner());
         table.reset(key);
     }
 
     pub(crate) fn invalidate_all(&self) {
+        // As `invalidate`: a reply to a request sent before it is not remembered.
+        self.invalidations.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
         if let Ok(fresh) = Self::table(self.quota, self.capacity) {
             *self.table.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         }

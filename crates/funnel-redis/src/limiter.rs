@@ -97,6 +97,7 @@ impl RedisLimiter {
 
     async fn decide(&self, key: &str, n: u64, now_us: Option<u64>) -> Result<Checked, Error> {
         let sent = self.clock.now();
+        let epoch = self.cache_epoch();
         if now_us.is_none() {
             if let Some(checked) = self.cached(key, n, sent) {
                 return Ok(checked);
@@ -105,7 +106,9 @@ impl RedisLimiter {
         let redis_key = self.redis_key(key);
         let reply = tokio::time::timeout(self.timeout, self.one(&redis_key, n, now_us)).await;
         let sorted = match reply {
-            Ok(Ok(value)) => return self.read(key, n, sent, value, now_us.is_none()),
+            Ok(Ok(value)) => {
+                return self.read(key, n, sent, value, now_us.is_none().then_some(epoch))
+            }
             Ok(Err(sorted)) => sorted,
             Err(_elapsed) => Sorted::Failure(self.elapsed()),
         };
@@ -162,6 +165,7 @@ impl RedisLimiter {
     /// timeout; a key whose pipeline did not come back is answered by the failure policy.
     pub async fn check_many(&self, keys: &[&str], n: u64) -> Vec<Result<Checked, Error>> {
         let sent = self.clock.now();
+        let epoch = self.cache_epoch();
         let mut out: Vec<Slot> = keys
             .iter()
             .map(|key| self.cached(key, n, sent).map(Ok))
@@ -169,7 +173,7 @@ impl RedisLimiter {
         let remote: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
         if !remote.is_empty() {
             let answers: Mutex<Vec<Slot>> = Mutex::new(remote.iter().map(|_| None).collect());
-            let round_trip = self.many(keys, &remote, n, sent, &answers);
+            let round_trip = self.many(keys, &remote, n, (sent, epoch), &answers);
             if tokio::time::timeout(self.timeout, round_trip)
                 .await
                 .is_err()
@@ -199,7 +203,7 @@ impl RedisLimiter {
         keys: &[&str],
         remote: &[usize],
         n: u64,
-        sent: Timestamp,
+        (sent, epoch): (Timestamp, u64),
         answers: &Mutex<Vec<Slot>>,
     ) {
         let Some((generation, conn)) = self.link.get().await else {
@@ -222,7 +226,7 @@ impl RedisLimiter {
                 for (&j, result) in group.iter().zip(results) {
                     let key = keys[remote[j]];
                     answers[j] = Some(match result {
-                        Ok(value) => self.read(key, n, sent, value, true),
+                        Ok(value) => self.read(key, n, sent, value, Some(epoch)),
                         Err(sorted) => self.failed(key, n, sorted),
                     });
                 }
@@ -405,14 +409,20 @@ impl RedisLimiter {
         })
     }
 
-    /// Reads Redis's reply into the decision, and teaches the deny cache (when `learn`).
+    /// The deny cache's invalidation count, read when a request is sent (0 without a cache).
+    fn cache_epoch(&self) -> u64 {
+        self.cache.as_ref().map_or(0, DenyCache::epoch)
+    }
+
+    /// Reads Redis's reply into the decision, and teaches the deny cache (when `learn` holds
+    /// the cache's epoch at sending: see `DenyCache::remember`).
     fn read(
         &self,
         key: &str,
         n: u64,
         sent: Timestamp,
         value: Value,
-        learn: bool,
+        learn: Option<u64>,
     ) -> Result<Checked, Error> {
         let read = match &self.call {
             Call::Script { .. } => self.read_script(key, n, sent, value, learn),
@@ -436,7 +446,7 @@ impl RedisLimiter {
         n: u64,
         sent: Timestamp,
         value: Value,
-        learn: bool,
+        learn: Option<u64>,
     ) -> Result<Checked, Error> {
         let shape = format!("{value:?}");
         let bad = || Error::UnexpectedReply {
@@ -465,10 +475,10 @@ impl RedisLimiter {
                 decision,
             });
         }
-        if let (Some(cache), true) = (&self.cache, learn) {
+        if let (Some(cache), Some(epoch)) = (&self.cache, learn) {
             cache.learn_offset(now, sent);
             if verdict == Verdict::Limited {
-                cache.remember(key, tat, now);
+                cache.remember(key, tat, now, epoch);
             }
         }
         Ok(Checked {
@@ -485,7 +495,7 @@ impl RedisLimiter {
         n: u64,
         sent: Timestamp,
         value: Value,
-        learn: bool,
+        learn: Option<u64>,
     ) -> Result<Checked, Error> {
         let shape = format!("{value:?}");
         let reply: Vec<i64> =
@@ -496,10 +506,15 @@ impl RedisLimiter {
             .try_into()
             .map_err(|_| Error::UnexpectedReply { reply: shape })?;
         let (decision, r) = cell::decision(&self.quota, n, reply, sent)?;
-        if let (Some(cache), true) = (&self.cache, learn) {
+        if let (Some(cache), Some(epoch)) = (&self.cache, learn) {
             if decision.outcome() == Outcome::Limited {
                 // The earliest arrival time the reply allows, in the local frame (offset 0).
-                cache.remember(key, sent.saturating_add(Duration::from_nanos(r)), sent);
+                cache.remember(
+                    key,
+                    sent.saturating_add(Duration::from_nanos(r)),
+                    sent,
+                    epoch,
+                );
             }
         }
         Ok(Checked {
@@ -537,9 +552,9 @@ impl RedisLimiter {
     /// [`Error::Unavailable`] when Redis cannot be reached within the timeout (whatever the
     /// policy: a reset is not a decision), or an error reply.
     pub async fn reset(&self, key: &str) -> Result<bool, Error> {
-        // Invalidated before the `DEL` and again after its reply: a denial of the key sent
-        // before the `DEL` and answered after the first invalidation would otherwise stay in
-        // the cache, denying a key Redis no longer holds.
+        // Invalidated before the `DEL`: a reply to a request sent before this point is then not
+        // remembered (`DenyCache::remember`), so a denial answered after it cannot stay in the
+        // cache, denying a key Redis no longer holds.
         self.invalidate(key);
         let redis_key = self.redis_key(key);
         let del = async {

@@ -126,3 +126,35 @@ async fn round_trips_count_the_script_reload_exactly() {
     assert_eq!(trips(), 6, "one pipeline");
     assert_eq!(limiter.stats().redis_decisions, 8);
 }
+
+/// A denial answered after `reset` began is not remembered: the check is sent before the
+/// reset's `DEL` (both queue behind a `DEBUG SLEEP`), Redis denies it and then deletes the key,
+/// and the next check goes to Redis and is allowed instead of being denied by the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_in_flight_during_a_reset_is_not_cached() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]).unwrap();
+    let limiter = std::sync::Arc::new(cached(&server, Quota::per_hour(1).unwrap()).await);
+    assert!(limiter.check("k").await.unwrap().decision.is_allowed());
+    let url = server.url();
+    let sleeper = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("1")
+            .query(&mut con)
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await; // the server is asleep
+    let l = limiter.clone();
+    let check = tokio::spawn(async move { l.check("k").await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await; // the check is queued
+    assert!(limiter.reset("k").await.unwrap(), "Redis held the key");
+    let denied = check.await.unwrap();
+    assert!(!denied.decision.is_allowed() && denied.source == Source::Redis);
+    sleeper.join().unwrap();
+    let next = limiter.check("k").await.unwrap();
+    assert!(
+        next.decision.is_allowed() && next.source == Source::Redis,
+        "{next:?}"
+    );
+}

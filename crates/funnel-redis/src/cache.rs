@@ -122,9 +122,10 @@ impl DenyCache {
     pub(crate) fn remember(&self, key: &str, tat: Timestamp, now: Timestamp, epoch: u64) {
         let table = self.table.read().unwrap_or_else(|p| p.into_inner());
         table.raise_at(key, tat, now);
-        // SeqCst fence, paired with the one in `invalidate`: either our raise comes before
-        // its fence, and its reset (after its fence) sees and clears the entry, or its fence
-        // comes first, and the count read after ours sees its increment, so we clear it.
+        // SeqCst fence, paired with the one in `invalidate` (the two are in one total order):
+        // if ours comes first, our raise (before it) is seen by the invalidation's reset
+        // (after its fence), which clears the entry; if theirs comes first, the count we read
+        // after ours includes its increment (before it), and we clear the entry here.
         fence(Ordering::SeqCst);
         if self.invalidations.load(Ordering::Relaxed) != epoch {
             table.reset(key);

@@ -403,29 +403,24 @@ pub fn weak_spots(ctx: &Ctx) -> Vec<String> {
     for r in ctx.rows.iter().filter(|r| {
         matches!(r.section, Section::InProc | Section::Sweep) && !r.competitor.starts_with("funnel")
     }) {
-        let f = find(
-            &ctx.rows,
-            r.section,
-            &r.workload,
-            r.key_type,
-            &r.quota,
-            r.threads,
-            1,
-            "funnel",
-        );
+        // The row of `competitor` in the same cell.
+        let same_cell = |competitor: &str| {
+            find(
+                &ctx.rows,
+                r.section,
+                &r.workload,
+                r.key_type,
+                &r.quota,
+                r.threads,
+                1,
+                competitor,
+            )
+        };
+        let f = same_cell("funnel");
         // Against governor's direct limiter, also its like-for-like: funnel's `Funnel`.
         let direct = (r.competitor == "governor-direct")
             .then(|| {
-                let d = find(
-                    &ctx.rows,
-                    r.section,
-                    &r.workload,
-                    r.key_type,
-                    &r.quota,
-                    r.threads,
-                    1,
-                    "funnel-direct",
-                )?;
+                let d = same_cell("funnel-direct")?;
                 Some(format!(
                     "; funnel-direct (single-key `Funnel`) {}/s ({})",
                     fmt_rate(d.median()),

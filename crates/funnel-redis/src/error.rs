@@ -11,10 +11,10 @@
 //! | `READONLY` | [`Failure::ReadOnly`] | a failover demoted our server to a replica; the limiter reconnects |
 //! | `OOM` | [`Failure::OutOfMemory`] | `maxmemory` reached under `noeviction`: Redis cannot store an arrival time now, and nothing about the request is wrong |
 //! | `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, `BUSY` | [`Failure::Unavailable`] | replication or cluster state, a resharding slot, another script running too long: all pass by themselves |
-//! | `WRONGTYPE` | [`Error::WrongType`] | another program owns the key: answering by policy would hide it forever |
+//! | `WRONGTYPE` (also the script's own, for a string that is not an arrival time) | [`Error::WrongType`] | another program owns the key: answering by policy would hide it forever |
 //! | a script error | [`Error::Script`] | the script or its arguments are wrong |
 //! | `MOVED`, `ASK`, `CROSSSLOT` | [`Error::WrongNode`] | a Redis Cluster behind a single-node connection: a deployment error that never passes by itself (with the `cluster` feature and `Builder::cluster` the client follows redirections itself) |
-//! | `NOPERM`, `NOAUTH`, `WRONGPASS` | [`Error::NoPermission`] | credentials or ACL: never pass by themselves |
+//! | `NOPERM`, `NOAUTH`, `WRONGPASS`, a connection refused for them (or for a database index out of range) | [`Error::NoPermission`] | credentials or ACL: never pass by themselves |
 //! | `ERR unknown command 'CL.THROTTLE'` | [`Error::CellModuleMissing`] | [`Backend::Cell`](crate::Backend::Cell) without the module |
 //! | anything else | [`Error::Server`] or [`Error::UnexpectedReply`] | a reply this crate does not know how to read |
 //!

@@ -94,7 +94,9 @@
 //!
 //! A reply that retrying will not fix (`WRONGTYPE`, a script error, `MOVED` on a single-server
 //! connection, `NOPERM`, ...) is an [`Error`] of its own variant, never a policy's guess (the
-//! table in `error.rs` argues each). The connection is made lazily: [`Builder::build`] waits
+//! table in `error.rs` argues each). So is a server that refuses the connection (a wrong
+//! password, a missing ACL permission): [`Error::NoPermission`], from `build` and from every
+//! request, whatever the policy. The connection is made lazily: [`Builder::build`] waits
 //! for one attempt at most and, except under [`OnFailure::Report`], succeeds with Redis down;
 //! the limiter connects in the background and reconnects when Redis comes back. A request that
 //! timed out may still have been charged in Redis (a frozen server runs it when it thaws).

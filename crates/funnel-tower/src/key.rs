@@ -276,6 +276,23 @@ enum Header {
     Forwarded,
 }
 
+impl Header {
+    fn name(self) -> &'static str {
+        match self {
+            Header::XForwardedFor => "x-forwarded-for",
+            Header::Forwarded => "forwarded",
+        }
+    }
+
+    /// The address of one comma-separated entry.
+    fn hop(self, entry: &[u8]) -> Option<IpAddr> {
+        match self {
+            Header::XForwardedFor => xff_hop(entry),
+            Header::Forwarded => forwarded_hop(entry),
+        }
+    }
+}
+
 /// The client address behind trusted proxies. Only a trusted peer's `header` counts (the other
 /// forwarding header may be the client's own). Its hops are walked from the right (the
 /// nearest proxy's entry first), skipping trusted proxies; the first hop that is not trusted
@@ -287,25 +304,14 @@ fn client_ip(parts: &Parts, trusted: &[Net], header: Header) -> Option<IpAddr> {
     if !is_trusted(peer) {
         return Some(peer);
     }
-    let walk = match header {
-        Header::XForwardedFor => {
-            let values = parts.headers.get_all("x-forwarded-for");
-            let hops = values
-                .iter()
-                .rev()
-                .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
-            walk(hops.map(xff_hop), is_trusted)
-        }
-        Header::Forwarded => {
-            let values = parts.headers.get_all("forwarded");
-            let hops = values
-                .iter()
-                .rev()
-                .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
-            walk(hops.map(forwarded_hop), is_trusted)
-        }
-    };
-    match walk {
+    // Several lines of the header are one list, in order; walked from the last entry.
+    let hops = parts
+        .headers
+        .get_all(header.name())
+        .iter()
+        .rev()
+        .flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
+    match walk(hops.map(|entry| header.hop(entry)), is_trusted) {
         Walk::Client(ip) => Some(ip),
         // Documented fallback: the peer itself (a trusted proxy), never a guess.
         Walk::Empty | Walk::Malformed => Some(peer),

@@ -259,6 +259,27 @@ impl Table {
         {
             return None;
         }
+        // A dead slot's word, `MOVED(x)`, is also the word of a move in progress whose source
+        // was sealed with the same `x` (keys charged at one `now` share arrival times): since
+        // `scan` saw the slot dead, another key may have been bound there and be moving out.
+        // The CAS cannot tell the two apart; the key word can. Acquire: our CAS read the
+        // sealing write (a Release CAS), so this load sees the moving key's key store, which
+        // came before it, or the mover's tombstone, its last write to the slot. A tombstone:
+        // the slot is dead (again) and ours, its generation the tombstone's. The moving key:
+        // its move is not over; we put the sealed word back untouched (nobody else writes a
+        // RESERVED word, and the mover never rereads its source's) and choose again.
+        let gen = if matches!(state::decode(word), SlotState::Moved { .. }) {
+            match grow::tombstone_gen(bucket.keys[i].load(Ordering::Acquire)) {
+                Some(dead) => dead,
+                None => {
+                    // Release: as the seal we replaced, which readers helping the move Acquire.
+                    bucket.words[i].store(word, Ordering::Release);
+                    return None;
+                }
+            }
+        } else {
+            gen
+        };
         // Release: a reader that Acquire-loads this key also sees RESERVED (or newer) in the
         // funnel word, so it cannot pair the new key with the evicted funnel.
         bucket.keys[i].store(fp, Ordering::Release);
@@ -293,7 +314,8 @@ impl Table {
     ) -> Scan<'a> {
         let mut found = Scan::default();
         for slot in 0..SLOTS_PER_BUCKET {
-            // Relaxed: the creator's CAS validates whatever slot it picks.
+            // Relaxed: the creator's CAS validates whatever slot it picks (and, for a dead
+            // slot, the key word after it: `bind`).
             let word = bucket.words[slot].load(Ordering::Relaxed);
             let victim = |gen, taken| Victim {
                 bucket,

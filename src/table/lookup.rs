@@ -26,8 +26,9 @@ enum Seen<'a> {
     Live(Found<'a>),
     /// The target of a move of the key; its funnel is still the source's.
     Pending(Found<'a>),
-    /// The sealed source of a move of the key, with the arrival time the target takes.
-    Moved(u64),
+    /// The sealed source of a move of the key (its word is `MOVED(tat)`), with the arrival
+    /// time the target takes.
+    Moved(Found<'a>, u64),
     /// Nothing of the key's.
     Nothing,
 }
@@ -127,15 +128,33 @@ impl Table {
                         Seen::Pending(target) => pending = Some(target),
                         // Acquire (the word load in `validate`): a sealed source shows us its
                         // target, made pending before the seal.
-                        Seen::Moved(tat) => sealed = Some(tat),
+                        Seen::Moved(source, tat) => sealed = Some((source, tat)),
                         Seen::Nothing => {}
                     }
                 }
             }
             match (pending, sealed) {
                 // Half done: the source is sealed, the target still pending. Complete it (any
-                // thread may; they all write the same word) and look again.
-                (Some(target), Some(tat)) => complete(target, tat),
+                // thread may; they all write the same word) and look again, once we know the
+                // two are one move's. A source seen sealed *before* the target was seen
+                // pending may be an earlier move's, finished since: the key, charged in the
+                // slot that move made live, then moved again, and the target is the new move's.
+                // Completing it with the old move's arrival time would forget every charge in
+                // between. Validating the source again settles it: the target's PENDING word
+                // was Acquire-loaded in `validate`, every move of a key runs under its creation
+                // lock, and a move ends by tombstoning its source's key, before that lock is
+                // released; so a target made pending by a later move shows us that tombstone
+                // (or a newer key), and the source then fails validation. A source that still
+                // holds the key and the same sealed word belongs to the move in progress, the
+                // target's (a key has one move at a time, and that move's seal is its source's
+                // only write once its target is pending). A target seen before a source seen
+                // sealed needs no check: the target's word is compared by `complete`'s CAS, and
+                // a later move's seal shows us the earlier target already live.
+                (Some(target), Some((source, tat))) => {
+                    if validate(source.bucket, source.slot, fp) == Some(source.word) {
+                        complete(target, tat);
+                    }
+                }
                 // Nothing of the key's anywhere: absent.
                 (None, None) => return None,
                 // A target without its sealed source, or a sealed source without its target:
@@ -253,7 +272,7 @@ fn examine(bucket: &Bucket, slot: usize, fp: u64) -> Seen<'_> {
     match state::decode(word) {
         SlotState::Live { .. } => Seen::Live(found),
         SlotState::Pending { .. } => Seen::Pending(found),
-        SlotState::Moved { tat } => Seen::Moved(tat),
+        SlotState::Moved { tat } => Seen::Moved(found, tat),
         SlotState::Empty | SlotState::Reserved => Seen::Nothing,
     }
 }

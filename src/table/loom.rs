@@ -629,3 +629,169 @@ fn a_denial_racing_a_cuckoo_move_of_its_key_is_decided_on_its_own_debt() {
         table.check_invariants().unwrap();
     });
 }
+
+/// Keys of a two-bucket table for the models of a key moved back and forth: both have
+/// buckets 0 and 1 as candidates, bucket 0 first (and its creation lock).
+const MOVER: u64 = 0x8000_00A5;
+const MOVER_TWO: u64 = 0x8000_00B6;
+/// Home bucket 1 (the other creation lock), candidates 1 and 0.
+const CREATOR: u64 = HIGH | 0xC3;
+
+/// Where `hash` is live, as (bucket, slot). Single-threaded inspection.
+fn live_at(table: &Table, hash: u64) -> Option<(usize, usize)> {
+    use crate::sync::Ordering;
+    (0..table.buckets.len())
+        .flat_map(|b| (0..SLOTS_PER_BUCKET).map(move |i| (b, i)))
+        .find(|&(b, i)| {
+            let bucket = &table.buckets[b];
+            bucket.keys[i].load(Ordering::Acquire) == hash
+                && state::is_live(bucket.words[i].load(Ordering::Acquire))
+        })
+}
+
+/// Moves `hash` from where it is live into bucket `to` by one cuckoo step, holding its
+/// creation lock as every move does.
+fn move_to(table: &Table, hash: u64, to: usize, now: u64, quota: &Quota) {
+    use super::create::lock;
+    use super::grow::{Mode, Relocated};
+    let _lock = lock(table.stripe(hash));
+    let (b, i) = live_at(table, hash).expect("the key to move is live");
+    let home = super::Home {
+        fp: hash,
+        tag: hash & 0xFF,
+        first: to,
+        second: to,
+    };
+    assert!(table.relocate(hash, b, i, &home, now, quota, Mode::Cuckoo) == Relocated::Done);
+}
+
+/// A reader scanning a key's buckets sees the key's source sealed by one move (arrival time
+/// 10), then the key is charged in the slot that move made live (to 20) and moved again, and
+/// the reader sees the second move's pending target in a slot still tagged for the key: it
+/// must not complete that target with the first move's 10, which would forget the charge
+/// (`lookup::locate` validates the source again first).
+#[test]
+fn a_reader_never_completes_a_later_move_with_an_earlier_moves_arrival_time() {
+    use crate::sync::Ordering;
+    model(|| {
+        let table = table(2);
+        let home = table.home(MOVER);
+        assert_eq!((home.first, home.second), (0, 1));
+        bind(&table, MOVER, 10);
+        assert_eq!(live_at(&table, MOVER), Some((0, 0)));
+        // Slot 1 of bucket 0 is dead (a finished move's tombstone and word) and still carries
+        // the key's tag from an earlier binding there: tags are never cleared.
+        let first = &table.buckets[0];
+        first.keys[1].store(1, Ordering::Relaxed);
+        first.words[1].store(state::moved(3), Ordering::Relaxed);
+        first.set_tag(1, MOVER & 0xFF);
+        let q = quota(4, 10);
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || {
+                let _ = table.locate(MOVER);
+            })
+        };
+        move_to(&table, MOVER, 1, 5, &q);
+        // Another key takes the slot the key left, so the next move goes to slot 1.
+        assert!(table.decide(&table.home(MOVER_TWO), 5, &q, 1).is_allowed());
+        assert!(table.decide(&home, 5, &q, 1).is_allowed()); // 10 -> 20
+        move_to(&table, MOVER, 0, 5, &q);
+        reader.join().unwrap();
+        assert_eq!(
+            tat_of(&table, MOVER),
+            Some(20),
+            "a charge between two moves was lost"
+        );
+        table.check_invariants().unwrap();
+    });
+}
+
+/// A creator that saw a slot dead (`MOVED(10)` and a tombstone) reserves it by a CAS from
+/// `MOVED(10)`. Meanwhile another key is bound there, with the same arrival time, and a
+/// cuckoo step seals it as its move's source: `MOVED(10)` again. The creator's CAS succeeds on
+/// the move in progress; it must then see the key word is no tombstone and give the slot back
+/// (`create::bind`), or the mover's tombstone lands on the creator's key and its funnel is
+/// lost.
+#[test]
+fn a_creator_never_takes_the_sealed_source_of_a_move_in_progress() {
+    model(|| {
+        let table = table(2);
+        let q = quota(4, 10);
+        // MOVER_TWO at (0, 0), moved to bucket 1: (0, 0) is dead, MOVED(10).
+        bind(&table, MOVER_TWO, 10);
+        assert_eq!(live_at(&table, MOVER_TWO), Some((0, 0)));
+        move_to(&table, MOVER_TWO, 1, 0, &q);
+        let mover = {
+            let table = table.clone();
+            thread::spawn(move || {
+                // Bound with TAT 10 too, then moved to bucket 1 if it landed in bucket 0.
+                bind(&table, MOVER, 10);
+                if live_at(&table, MOVER).is_some_and(|(b, _)| b == 0) {
+                    move_to(&table, MOVER, 1, 5, &quota(4, 10));
+                }
+            })
+        };
+        assert!(table.decide(&table.home(CREATOR), 5, &q, 1).is_allowed());
+        mover.join().unwrap();
+        assert_eq!(tat_of(&table, MOVER_TWO), Some(10));
+        assert_eq!(tat_of(&table, MOVER), Some(10));
+        assert_eq!(
+            tat_of(&table, CREATOR),
+            Some(15),
+            "the creator's funnel was lost"
+        );
+        table.check_invariants().unwrap();
+    });
+}
+
+/// A refund (`Table::update`, as `Limiter::refund_at`, `check_all`'s rollback and a settle-down
+/// use it) and a reset racing a cuckoo move of their key, present throughout, find it: an
+/// unlocked lookup can miss a key whose whole move ran during its scan, so an absent answer
+/// that would write nothing is confirmed under the key's creation lock.
+#[test]
+fn a_refund_racing_a_move_of_its_key_finds_the_key() {
+    use super::Updated;
+    model(|| {
+        let table = table(2);
+        let q = quota(4, 10);
+        bind(&table, MOVER, 20); // (0, 0)
+        let refunder = {
+            let table = table.clone();
+            thread::spawn(move || {
+                // One unit of T = 10 given back at time 5.
+                table.update(&table.home(MOVER), 5, &quota(4, 10), |tat| {
+                    (tat > 5).then(|| tat.saturating_sub(10).max(5))
+                })
+            })
+        };
+        move_to(&table, MOVER, 1, 5, &q);
+        assert_eq!(
+            refunder.join().unwrap(),
+            Updated::Written(20, 10),
+            "no key found"
+        );
+        assert_eq!(tat_of(&table, MOVER), Some(10));
+        table.check_invariants().unwrap();
+    });
+}
+
+#[test]
+fn a_reset_racing_a_move_of_its_key_finds_the_key() {
+    model(|| {
+        let table = table(2);
+        let q = quota(4, 10);
+        bind(&table, MOVER, 20); // (0, 0)
+        let resetter = {
+            let table = table.clone();
+            thread::spawn(move || table.reset(&table.home(MOVER)))
+        };
+        move_to(&table, MOVER, 1, 5, &q);
+        assert!(resetter.join().unwrap(), "no key found");
+        // Reset, whichever came first: reset after the move, 0; before it, the move finds a
+        // recovered funnel and drops the key (absent), or a helper completes the target from
+        // the seal MOVED(0), whose arrival time reads back as 1. All the same fresh funnel.
+        assert!(tat_of(&table, MOVER).is_none_or(|tat| tat <= 1));
+        table.check_invariants().unwrap();
+    });
+}

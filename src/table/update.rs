@@ -112,6 +112,11 @@ impl Table {
             }) = self.locate(fp)
             else {
                 let Some(new_tat) = f(0) else {
+                    // Nothing to write for an absent key (a refund, a rollback): make sure it is
+                    // absent. (Writing creates it, and creation looks again under the lock.)
+                    if self.locate_locked(fp).is_some() {
+                        continue 'lookup;
+                    }
                     return Updated::Unchanged(0);
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
@@ -151,6 +156,19 @@ impl Table {
         }
     }
 
+    /// [`locate`](Self::locate) under the key's creation lock: exact about a key that is
+    /// present. Unlocked, a lookup can miss a present key whose whole move ran while it scanned
+    /// (the tags read before the target was bound, the source tombstoned by the time it was
+    /// examined); every move of a key runs under its creation lock, and every binding of it was
+    /// made under that lock, whose Acquire shows us all of them. For the answers that must not
+    /// take a present key for an absent one and create nothing to find out: a refund or a
+    /// rollback (which would leave the charge in place) and a reset.
+    #[cold]
+    fn locate_locked(&self, fp: u64) -> Option<Found<'_>> {
+        let _lock = super::create::lock(self.stripe(fp));
+        self.locate(fp)
+    }
+
     /// Empties the key's funnel; true if the key was tracked.
     pub(crate) fn reset(&self, home: &Home) -> bool {
         loop {
@@ -158,7 +176,7 @@ impl Table {
                 bucket,
                 slot: i,
                 word,
-            }) = self.locate(home.fp)
+            }) = self.locate(home.fp).or_else(|| self.locate_locked(home.fp))
             else {
                 return false;
             };

@@ -273,7 +273,9 @@ impl Table {
         let Found { bucket, slot, word } = target;
         let gen = state::gen_of(word);
         // Acquire: as any reservation (`create::bind`). It cannot fail: only a helper that saw
-        // this key's sealed source could change a pending word, and there is none.
+        // this key's sealed source, still sealed after it read this target, could change a
+        // pending word (`lookup::locate`), and there is none: an earlier move's source shows
+        // its tombstone by then.
         let reserved = bucket.words[slot].compare_exchange(
             word,
             state::reserved(gen),

@@ -23,8 +23,9 @@
 //! CAS from its live word to `MOVED(tat)` (an update that lands first makes the CAS fail; read
 //! again and retry), then complete the target to `LIVE(tat)`, then replace the source's key
 //! with a tombstone carrying its generation, which frees the slot. A reader that finds the
-//! target pending and the source sealed completes the target itself (`lookup::complete`); all
-//! who do write the same word.
+//! target pending and the source sealed (and still sealed once the target was read, so the two
+//! are one move's) completes the target itself (`lookup::complete`) with the sealed arrival
+//! time.
 
 #[cfg(all(test, funnel_loom))]
 mod loom;

@@ -217,7 +217,12 @@ impl RedisServer {
 
     fn signal(&self, sig: &str) {
         let Some(pid) = self.pid() else { return };
-        let status = Command::new("kill").arg(sig).arg(pid.to_string()).status();
+        // The shell's own `kill` (POSIX requires it built in): no `/bin/kill`, which minimal
+        // images lack (it comes with procps on Debian).
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill {sig} {pid}"))
+            .status();
         assert!(status.is_ok_and(|s| s.success()), "kill {sig} {pid} failed");
     }
 

@@ -14,7 +14,7 @@ use governor::RateLimiter;
 use crate::keys::{Key, Zipf};
 use crate::limiters::{nz, GovKeyed, LimitAt, MutexMap, TraceClock};
 use crate::report::{fmt_int, fmt_rate, Row, Section};
-use crate::runner::{best_of, replay, TraceShare, LEGIT, MAX_SKEW_NS, REF_ALLOWED};
+use crate::runner::{best_of, replay, Run, TraceShare, LEGIT, MAX_SKEW_NS, REF_ALLOWED};
 use crate::Ctx;
 use funnel_testkit::mutex_map::MutexMapLimiter;
 use funnel_testkit::{mix as splitmix64, Rng};
@@ -276,36 +276,47 @@ fn run_keys<K: Key>(ctx: &mut Ctx, p: &Params, trace: &Trace) -> Result<(), Stri
             };
             let fq = funnel::Quota::per_second(u64::from(q.per_sec)).map_err(|e| e.to_string())?;
             let gq = governor::Quota::per_second(nz(q.per_sec));
+            let mut field = Vec::new();
             for cap in p.capacities {
                 let label = format!("funnel (capacity {})", fmt_int(cap as u64));
-                m.measure(ctx, &label, &fmt_int(cap as u64), || {
+                field.push(m.contender(label, fmt_int(cap as u64), move || {
                     Limiter::<K>::builder(fq)
                         .capacity(cap)
                         .build()
                         .map_err(|e| format!("funnel: {e}"))
-                })?;
+                }));
             }
-            m.measure(ctx, "governor-keyed", "unbounded", || {
-                let l: GovKeyed<K, std::hash::RandomState, TraceClock> =
-                    RateLimiter::dashmap_with_clock(gq, TraceClock);
-                Ok(l)
-            })?;
-            m.measure(ctx, "governor-keyed-ahash", "unbounded", || {
-                let l: GovKeyed<K, ahash::RandomState, TraceClock> =
-                    RateLimiter::dashmap_with_clock_and_hasher(
-                        gq,
-                        TraceClock,
-                        ahash::RandomState::new(),
-                    );
-                Ok(l)
-            })?;
-            m.measure(ctx, "mutex-map", "unbounded", || {
-                let t_ns = 1_000_000_000 / u64::from(q.per_sec);
-                Ok(MutexMap {
-                    map: MutexMapLimiter::<K, ahash::RandomState>::new(u64::from(q.per_sec), t_ns),
-                    clock: ManualClock::new(),
-                })
-            })?;
+            field.push(
+                m.contender("governor-keyed".into(), "unbounded".into(), move || {
+                    let l: GovKeyed<K, std::hash::RandomState, TraceClock> =
+                        RateLimiter::dashmap_with_clock(gq, TraceClock);
+                    Ok(l)
+                }),
+            );
+            field.push(m.contender(
+                "governor-keyed-ahash".into(),
+                "unbounded".into(),
+                move || {
+                    let l: GovKeyed<K, ahash::RandomState, TraceClock> =
+                        RateLimiter::dashmap_with_clock_and_hasher(
+                            gq,
+                            TraceClock,
+                            ahash::RandomState::new(),
+                        );
+                    Ok(l)
+                },
+            ));
+            let per_sec = u64::from(q.per_sec);
+            field.push(
+                m.contender("mutex-map".into(), "unbounded".into(), move || {
+                    let t_ns = 1_000_000_000 / per_sec;
+                    Ok(MutexMap {
+                        map: MutexMapLimiter::<K, ahash::RandomState>::new(per_sec, t_ns),
+                        clock: ManualClock::new(),
+                    })
+                }),
+            );
+            m.measure(ctx, field)?;
         }
     }
     Ok(())
@@ -319,76 +330,114 @@ struct Mix<'a, K> {
     quota: usize,
 }
 
-impl<K: Key> Mix<'_, K> {
-    fn measure<L: LimitAt<K>>(
+/// One competitor of the mix: its row's label and capacity, and one measured run (a fresh
+/// limiter replaying the whole trace, the best of `--retries` by CPU share), with the note on
+/// its table at the end.
+struct Contender<'a> {
+    label: String,
+    capacity: String,
+    run: RunOnce<'a>,
+}
+
+/// A [`Contender`]'s measurement of one run.
+type RunOnce<'a> = Box<dyn FnMut(&Ctx) -> Result<Measured, String> + 'a>;
+
+/// One measured run of a [`Contender`]: the run kept, how many were repeated, the note on
+/// funnel's table at its end.
+type Measured = (Run, usize, Option<String>);
+
+impl<'m, K: Key> Mix<'m, K> {
+    /// The competitor `make` builds, replaying this mix.
+    fn contender<L: LimitAt<K> + 'm>(
         &self,
-        ctx: &mut Ctx,
-        label: &str,
-        capacity: &str,
-        make: impl Fn() -> Result<L, String>,
-    ) -> Result<(), String> {
+        label: String,
+        capacity: String,
+        make: impl Fn() -> Result<L, String> + 'm,
+    ) -> Contender<'m> {
+        let Mix { shares, quota, .. } = *self;
+        Contender {
+            label,
+            capacity,
+            run: Box::new(move |ctx: &Ctx| {
+                let mut lim = make()?;
+                let mut failed = None;
+                let (run, repeated) = best_of(ctx.opts.retries, ctx.opts.min_cpu, || {
+                    match make() {
+                        Ok(fresh) => lim = fresh,
+                        Err(e) => failed = Some(e),
+                    }
+                    replay(&lim, shares, quota)
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                let note = lim.funnel_stats().map(|(held, s)| {
+                    format!(
+                        "last run: {} keys held at the end, {} forced evictions, {} recovered slots reused",
+                        fmt_int(held as u64),
+                        fmt_int(s.forced_evictions),
+                        fmt_int(s.recovered_evictions)
+                    )
+                });
+                Ok((run, repeated, note))
+            }),
+        }
+    }
+
+    /// Runs every competitor of `field` `--runs` times, in turns (run `r` starts at competitor
+    /// `r`, as the in-process workloads do: the host's speed drifts, and no competitor always
+    /// runs first or last), then adds one row per competitor, in `field`'s order.
+    fn measure(&self, ctx: &mut Ctx, mut field: Vec<Contender<'_>>) -> Result<(), String> {
         let Mix {
-            p,
-            shares,
-            threads,
-            quota,
+            p, threads, quota, ..
         } = *self;
         let q = p.quotas[quota];
-        let mut runs = Vec::with_capacity(p.runs);
-        let mut note = String::new();
+        let n = field.len();
+        let mut runs: Vec<Vec<Run>> = (0..n).map(|_| Vec::with_capacity(p.runs)).collect();
+        let mut notes = vec![String::new(); n];
         for r in 0..p.runs {
-            ctx.progress.begin(format!(
-                "attack {} {} {label} {threads}t run {}/{}",
-                K::NAME,
-                q.label,
-                r + 1,
-                p.runs
-            ));
-            let mut lim = make()?;
-            let mut failed = None;
-            let (run, repeated) = best_of(ctx.opts.retries, ctx.opts.min_cpu, || {
-                match make() {
-                    Ok(fresh) => lim = fresh,
-                    Err(e) => failed = Some(e),
+            for k in 0..n {
+                let at = (r + k) % n;
+                let c = &mut field[at];
+                ctx.progress.begin(format!(
+                    "attack {} {} {} {threads}t run {}/{}",
+                    K::NAME,
+                    q.label,
+                    c.label,
+                    r + 1,
+                    p.runs
+                ));
+                let (run, repeated, note) = (c.run)(ctx)?;
+                ctx.repeated += repeated;
+                ctx.kept += 1;
+                runs[at].push(run);
+                if let Some(note) = note {
+                    notes[at] = note;
                 }
-                replay(&lim, shares, quota)
-            });
-            if let Some(e) = failed {
-                return Err(e);
+                ctx.progress
+                    .advance(p.len as f64 * EST_NS / threads.min(2) as f64);
             }
-            ctx.repeated += repeated;
-            ctx.kept += 1;
-            runs.push(run);
-            if let Some((held, s)) = lim.funnel_stats() {
-                note = format!(
-                    "last run: {} keys held at the end, {} forced evictions, {} recovered slots reused",
-                    fmt_int(held as u64),
-                    fmt_int(s.forced_evictions),
-                    fmt_int(s.recovered_evictions)
-                );
-            }
-            drop(lim);
-            ctx.progress
-                .advance(p.len as f64 * EST_NS / threads.min(2) as f64);
         }
-        ctx.rows.push(Row {
-            section: Section::Attack,
-            workload: "attack".into(),
-            key_space: p.legit_keys,
-            key_type: K::NAME,
-            quota: q.label.to_string(),
-            threads,
-            pipeline: 1,
-            competitor: label.to_string(),
-            clock: "trace".into(),
-            capacity: capacity.to_string(),
-            runs,
-            note,
-            prefill: None,
-            table_prefill: None,
-            table_end: None,
-            held_end: None,
-        });
+        for ((c, runs), note) in field.iter().zip(runs).zip(notes) {
+            ctx.rows.push(Row {
+                section: Section::Attack,
+                workload: "attack".into(),
+                key_space: p.legit_keys,
+                key_type: K::NAME,
+                quota: q.label.to_string(),
+                threads,
+                pipeline: 1,
+                competitor: c.label.clone(),
+                clock: "trace".into(),
+                capacity: c.capacity.clone(),
+                runs,
+                note,
+                prefill: None,
+                table_prefill: None,
+                table_end: None,
+                held_end: None,
+            });
+        }
         Ok(())
     }
 }

@@ -42,15 +42,20 @@ impl Mix {
         }
     }
 
-    /// The `i`-th request's key. Computed per request (splitmix64 of `i`, a bijection) so the
-    /// legitimate keys of the abusive mixes do not repeat within a run.
-    fn key(self, i: u64) -> String {
+    /// Writes the `i`-th request's key into `key`, a buffer the caller reuses, so the timed
+    /// loop allocates nothing (the Lua-script rows replay keys made before timing). Computed
+    /// per request (splitmix64 of `i`, a bijection) so the legitimate keys of the abusive
+    /// mixes do not repeat within a run.
+    fn key_into(self, i: u64, key: &mut String) {
+        use std::fmt::Write;
         let x = funnel_testkit::mix(i);
-        match self {
-            Mix::Allowing => format!("user:{}", x % 1000),
-            Mix::Abusive(p) if x % 100 < p => format!("abuser:{}", (x >> 8) % 10),
-            Mix::Abusive(_) => format!("user:{x}"),
-        }
+        key.clear();
+        // Writing to a String cannot fail.
+        let _ = match self {
+            Mix::Allowing => write!(key, "user:{}", x % 1000),
+            Mix::Abusive(p) if x % 100 < p => write!(key, "abuser:{}", (x >> 8) % 10),
+            Mix::Abusive(_) => write!(key, "user:{x}"),
+        };
     }
 
     fn quota(self) -> Result<funnel::Quota, String> {
@@ -180,9 +185,11 @@ async fn one_run(url: String, s: Setting, duration: Duration) -> Result<Run, Str
             // Each task watches the deadline itself: a deny-cache answer is ready at once and
             // never yields to the runtime, so a timer could starve behind it.
             let mut i = t as u64;
+            let mut key = String::with_capacity(32);
             while started.elapsed() < duration {
+                s.mix.key_into(i, &mut key);
                 let c = limiter
-                    .check(&s.mix.key(i))
+                    .check(&key)
                     .await
                     .map_err(|e| format!("funnel-redis check: {e}"))?;
                 decisions.fetch_add(1, Ordering::Relaxed);

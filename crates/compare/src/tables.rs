@@ -236,6 +236,7 @@ pub fn redis_table(ctx: &Ctx) -> Table {
     let mut t = Table::new(
         &[
             "script",
+            "workload",
             "conns",
             "pipeline",
             "quota",
@@ -244,7 +245,7 @@ pub fn redis_table(ctx: &Ctx) -> Table {
             "allowed",
             "funnel ÷ this",
         ],
-        &[false, true, true, false, true, true, true, true],
+        &[false, false, true, true, false, true, true, true, true],
     );
     for r in ctx.rows.iter().filter(|r| r.section == Section::Redis) {
         let f = find(
@@ -259,6 +260,7 @@ pub fn redis_table(ctx: &Ctx) -> Table {
         );
         t.rows.push(vec![
             r.competitor.clone(),
+            r.workload.clone(),
             r.threads.to_string(),
             r.pipeline.to_string(),
             r.quota.clone(),

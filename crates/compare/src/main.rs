@@ -284,21 +284,27 @@ fn sanity_checks(ctx: &mut Ctx) {
     ctx.warnings.extend(warnings);
 }
 
-/// Copies a run's charts to docs/bench/ and replaces the generated section of BENCHMARKS.md
-/// with the run's `benchmarks-section.md`.
+/// Copies a run's charts and CSVs to docs/bench/ (the CSVs, so that every published figure can
+/// be checked against the runs it comes from) and replaces the generated section of
+/// BENCHMARKS.md with the run's `benchmarks-section.md`.
 pub fn publish(dir: &Path) -> Result<(), String> {
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let charts_dir = root.join("docs/bench");
     std::fs::create_dir_all(&charts_dir)
         .map_err(|e| format!("creating {}: {e}", charts_dir.display()))?;
     let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
-    let mut copied = 0;
+    let (mut copied, mut tables) = (0, 0);
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.extension().is_some_and(|e| e == "svg") {
+        let kind = path.extension().and_then(|e| e.to_str());
+        if matches!(kind, Some("svg" | "csv")) {
             let to = charts_dir.join(entry.file_name());
             std::fs::copy(&path, &to).map_err(|e| format!("copying {}: {e}", path.display()))?;
-            copied += 1;
+            if kind == Some("svg") {
+                copied += 1;
+            } else {
+                tables += 1;
+            }
         }
     }
     let section = dir.join("benchmarks-section.md");
@@ -316,7 +322,7 @@ pub fn publish(dir: &Path) -> Result<(), String> {
     let new = format!("{}{BEGIN_MARK}\n\n{md}\n{}", &doc[..b], &doc[e..]);
     std::fs::write(&path, new).map_err(|e| format!("writing {}: {e}", path.display()))?;
     eprintln!(
-        "published {}: {copied} charts to {}, its summary into {}",
+        "published {}: {copied} charts and {tables} CSVs to {}, its summary into {}",
         dir.display(),
         charts_dir.display(),
         path.display()

@@ -329,6 +329,12 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         self.table.update(&home, now.as_nanos(), &self.quota, f)
     }
 
+    /// `key`'s arrival time, `0` when it is untracked: a report (see `Table::arrival_time`).
+    pub(crate) fn arrival_time(&self, key: &K) -> u64 {
+        let home = self.table.home(self.hasher.hash(key));
+        self.table.arrival_time(&home)
+    }
+
     /// Gives back `n` units charged to `key` under the limiter's quota, now: its funnel's
     /// arrival time moves back by `n` emission intervals, but never below now, so a refund
     /// never leaves a funnel emptier than a fresh one. False when there was nothing to give

@@ -137,10 +137,8 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
 
     fn estimate(&self, now: Timestamp) -> Decision {
         let at = now.as_nanos();
-        let tat = match self.limiter.update_at(self.key, now, |_| None) {
-            Updated::Written(_, tat) | Updated::Unchanged(tat) => tat,
-            Updated::Full => 0, // unreachable: f never writes
-        };
+        // A report: read without a lock, as a peek is.
+        let tat = self.limiter.arrival_time(self.key);
         gcra::decide(tat, at, &self.quota, self.n).0
     }
 }

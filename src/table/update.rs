@@ -169,6 +169,15 @@ impl Table {
         self.locate(fp)
     }
 
+    /// The key's arrival time, `0` when it is absent (the same as a fresh funnel): a report, as
+    /// a peek is, read without a lock, so a lookup racing a whole move of the key may take it
+    /// for absent (`docs/DESIGN.md`, "The slot protocol").
+    pub(crate) fn arrival_time(&self, home: &Home) -> u64 {
+        Self::find(self.start_words(home))
+            .or_else(|| self.locate(home.fp))
+            .map_or(0, |found| state::tat_of(found.word))
+    }
+
     /// Empties the key's funnel; true if the key was tracked.
     pub(crate) fn reset(&self, home: &Home) -> bool {
         loop {

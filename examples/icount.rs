@@ -5,6 +5,8 @@
 //! cargo build --release --example icount
 //! valgrind --tool=callgrind --toggle-collect='icount::decide_all' \
 //!     target/release/examples/icount [keys] [rounds] [allow|deny] [u64|str|funnel|batch|u64clock]
+//! valgrind --tool=callgrind --toggle-collect='icount::create_all' \
+//!     target/release/examples/icount [keys] [rounds] deny new
 //! ```
 //!
 //! (The exact name, not `decide_all*`: that pattern also matches `decide_all_stream`, which
@@ -20,8 +22,12 @@
 //! `check_batch_at`, `ICOUNT_CHUNK` keys a call (its time line is then per call: divide by
 //! the keys a call); `u64clock` runs `u64` keys through `check`, which reads the limiter's
 //! default clock (the TSC, read inline and scaled with quanta's calibration) on every
-//! decision. The time printed is wall time, which only means something on an idle machine;
-//! the instruction counts mean something anywhere.
+//! decision. `new` measures creation instead: each round builds a fresh table (`ICOUNT_CAPACITY`
+//! slots, default 1.5x the keys) and decides the first request of `keys` keys never seen
+//! before (use `deny`: one per hour, so every new key stays in debt and none frees a slot);
+//! the collected total divided by `keys * rounds` is the cost of creating a key. The time
+//! printed is wall time, which only means something on an idle machine; the instruction
+//! counts mean something anywhere.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -42,6 +48,15 @@ fn decide_all<F: Fn(usize) -> bool>(order: &[u32], rounds: usize, f: F) -> usize
     let per = started.elapsed().as_nanos() as f64 / (order.len() * rounds) as f64;
     eprintln!("{per:.1} ns per decision (wall time)");
     allowed
+}
+
+/// Decides the first request of each of `keys` in a table that has never seen them: the cost
+/// of creating a key (the `new` mode).
+#[inline(never)]
+fn create_all(l: &Limiter<u64>, keys: &[u64], now: Timestamp) -> usize {
+    keys.iter()
+        .filter(|&k| l.check_at(black_box(k), now).is_allowed())
+        .count()
 }
 
 /// [`decide_all`] over positions `0..len` of a stream already in visiting order.
@@ -132,6 +147,27 @@ fn main() {
                 true
             });
             allowed.get()
+        }
+        "new" => {
+            let mut allowed = 0;
+            let mut elapsed = Duration::ZERO;
+            for round in 0..rounds as u64 {
+                let l = Limiter::<u64>::builder(quota)
+                    .capacity(capacity)
+                    .build()
+                    .unwrap();
+                // New keys every round: `keys` shifted by the round (a bijection of i).
+                let fresh: Vec<u64> = (0..n as u64)
+                    .map(|i| (i + round * n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                    .collect();
+                let started = std::time::Instant::now();
+                allowed += create_all(&l, &fresh, now);
+                elapsed += started.elapsed();
+            }
+            let per = elapsed.as_nanos() as f64 / (n * rounds) as f64;
+            eprintln!("{per:.1} ns per new key (wall time)");
+            println!("{allowed} of {} allowed", n * rounds);
+            return;
         }
         "funnel" => {
             let f = Funnel::new(quota);

@@ -168,6 +168,30 @@ impl Table {
         }
     }
 
+    /// Whether no candidate slot of `fp` carries its tag, in a table that is not moving keys
+    /// between levels: then no slot holds anything of the key's, in any state (every state a
+    /// slot of the key passes through carries its tag, set before the slot could be seen in
+    /// it; tags are never cleared), and [`locate`](Self::locate) would answer `None` too. A
+    /// new key's creation checks this first and skips both of its lookups when it holds
+    /// (their scan of every slot state is most of a creation's cost).
+    ///
+    /// Unlocked it is a filter, as the hot path's tags are (Relaxed: a binding this instant may
+    /// not show yet, in which case `locate` would miss it the same way, and the creation
+    /// looks again under the lock). Under the key's creation lock it is exact: every binding of
+    /// the key, tag included, was made under that lock, whose Acquire shows it to us, and no
+    /// move of the key can run; a growth that starts later waits for our unlock (`grow/`, the
+    /// barrier), so a level read here as settled stays so until then.
+    pub(super) fn untagged(&self, fp: u64) -> bool {
+        let (home, from) = self.homes(fp);
+        // Relaxed: see above.
+        from.is_none()
+            && candidates(
+                self.buckets[home.first].tags.load(Ordering::Relaxed),
+                self.buckets[home.second].tags.load(Ordering::Relaxed),
+                home.tag,
+            ) == 0
+    }
+
     /// Starts loading both candidate buckets of `home` (both lines of each) without waiting
     /// for them, so that a batch of lookups overlaps its cache misses (`prefetch.rs`).
     #[inline]

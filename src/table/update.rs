@@ -60,8 +60,11 @@ impl Table {
     #[cold]
     #[inline(never)]
     fn decide_slow<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, n: u64) -> Decision {
+        // A key no slot is tagged for is absent: skip the full lookup the first time round (a
+        // new key's common case; the creation below looks again under the lock, exactly).
+        let mut look = !self.untagged(fp);
         loop {
-            if let Some(found) = self.locate(fp) {
+            if let Some(found) = look.then(|| self.locate(fp)).flatten() {
                 match charge(found, fp, now, quota, n) {
                     Some(decision) => {
                         // While the table grows, a key not moved yet moves now if it can
@@ -82,7 +85,10 @@ impl Table {
             self.help_before_creating(fp, now, quota);
             match self.create(fp, now, new_tat, quota) {
                 Created::Bound => return decision,
-                Created::Exists => continue,
+                Created::Exists => {
+                    look = true;
+                    continue;
+                }
                 Created::TurnedAway(retry) => return decision.turned_away_for(retry),
                 Created::Untracked => return decision.untracked(),
             }

@@ -121,9 +121,8 @@ impl Table {
         loop {
             let lock = lock(self.stripe(fp));
             // A racing creator of the same key may have finished while we waited: the lock's
-            // Acquire makes its binding (key, tag and word) visible here. No slot tagged for
-            // the key means none holds it (`untagged`, exact under the lock).
-            if !self.untagged(fp) && self.locate(fp).is_some() {
+            // Acquire makes its binding (key, tag and word) visible here.
+            if self.locate_held(fp).is_some() {
                 return Created::Exists;
             }
             // The level is read under the lock: a growth that starts later waits for our unlock

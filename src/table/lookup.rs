@@ -135,8 +135,8 @@ impl Table {
             }
             match (pending, sealed) {
                 // Half done: the source is sealed, the target still pending. Complete it (any
-                // thread may; they all write the same word) and look again, once we know the
-                // two are one move's. A source seen sealed *before* the target was seen
+                // thread may; the first CAS wins, the others fail on a live word) and look
+                // again, once we know the two are one move's. A source seen sealed *before* the target was seen
                 // pending may be an earlier move's, finished since: the key, charged in the
                 // slot that move made live, then moved again, and the target is the new move's.
                 // Completing it with the old move's arrival time would forget every charge in
@@ -190,6 +190,17 @@ impl Table {
                 self.buckets[home.second].tags.load(Ordering::Relaxed),
                 home.tag,
             ) == 0
+    }
+
+    /// [`locate`](Self::locate) for a caller that holds `fp`'s creation lock, where it is exact
+    /// (no move of the key runs, every binding of it is visible: `untagged`), skipped when no
+    /// slot carries the key's tag.
+    pub(super) fn locate_held(&self, fp: u64) -> Option<Found<'_>> {
+        if self.untagged(fp) {
+            None
+        } else {
+            self.locate(fp)
+        }
     }
 
     /// Starts loading both candidate buckets of `home` (both lines of each) without waiting

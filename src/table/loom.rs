@@ -745,6 +745,20 @@ fn a_creator_never_takes_the_sealed_source_of_a_move_in_progress() {
     });
 }
 
+/// Runs `op` on another thread while `MOVER`, bound at (0, 0) with arrival time 20, is moved
+/// to bucket 1 by a cuckoo step at time 5; returns the table and what `op` returned.
+fn racing_a_move<T: Send + 'static>(op: fn(&Table) -> T) -> (Arc<Table>, T) {
+    let table = table(2);
+    bind(&table, MOVER, 20);
+    let other = {
+        let table = table.clone();
+        thread::spawn(move || op(&table))
+    };
+    move_to(&table, MOVER, 1, 5, &quota(4, 10));
+    let done = other.join().unwrap();
+    (table, done)
+}
+
 /// A refund (`Table::update`, as `Limiter::refund_at`, `check_all`'s rollback and a settle-down
 /// use it) and a reset racing a cuckoo move of their key, present throughout, find it: an
 /// unlocked lookup can miss a key whose whole move ran during its scan, so an absent answer
@@ -753,24 +767,13 @@ fn a_creator_never_takes_the_sealed_source_of_a_move_in_progress() {
 fn a_refund_racing_a_move_of_its_key_finds_the_key() {
     use super::Updated;
     model(|| {
-        let table = table(2);
-        let q = quota(4, 10);
-        bind(&table, MOVER, 20); // (0, 0)
-        let refunder = {
-            let table = table.clone();
-            thread::spawn(move || {
-                // One unit of T = 10 given back at time 5.
-                table.update(&table.home(MOVER), 5, &quota(4, 10), |tat| {
-                    (tat > 5).then(|| tat.saturating_sub(10).max(5))
-                })
+        // One unit of T = 10 given back at time 5.
+        let (table, refunded) = racing_a_move(|table| {
+            table.update(&table.home(MOVER), 5, &quota(4, 10), |tat| {
+                (tat > 5).then(|| tat.saturating_sub(10).max(5))
             })
-        };
-        move_to(&table, MOVER, 1, 5, &q);
-        assert_eq!(
-            refunder.join().unwrap(),
-            Updated::Written(20, 10),
-            "no key found"
-        );
+        });
+        assert_eq!(refunded, Updated::Written(20, 10), "no key found");
         assert_eq!(tat_of(&table, MOVER), Some(10));
         table.check_invariants().unwrap();
     });
@@ -779,15 +782,8 @@ fn a_refund_racing_a_move_of_its_key_finds_the_key() {
 #[test]
 fn a_reset_racing_a_move_of_its_key_finds_the_key() {
     model(|| {
-        let table = table(2);
-        let q = quota(4, 10);
-        bind(&table, MOVER, 20); // (0, 0)
-        let resetter = {
-            let table = table.clone();
-            thread::spawn(move || table.reset(&table.home(MOVER)))
-        };
-        move_to(&table, MOVER, 1, 5, &q);
-        assert!(resetter.join().unwrap(), "no key found");
+        let (table, reset) = racing_a_move(|table| table.reset(&table.home(MOVER)));
+        assert!(reset, "no key found");
         // Reset, whichever came first: reset after the move, 0; before it, the move finds a
         // recovered funnel and drops the key (absent), or a helper completes the target from
         // the seal MOVED(0), whose arrival time reads back as 1. All the same fresh funnel.

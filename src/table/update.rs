@@ -172,7 +172,7 @@ impl Table {
     #[cold]
     fn locate_locked(&self, fp: u64) -> Option<Found<'_>> {
         let _lock = super::create::lock(self.stripe(fp));
-        self.locate(fp)
+        self.locate_held(fp)
     }
 
     /// The key's arrival time, `0` when it is absent (the same as a fresh funnel): a report, as

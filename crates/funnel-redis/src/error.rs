@@ -18,6 +18,10 @@
 //! | `ERR unknown command 'CL.THROTTLE'` | [`Error::CellModuleMissing`] | [`Backend::Cell`](crate::Backend::Cell) without the module |
 //! | anything else | [`Error::Server`] or [`Error::UnexpectedReply`] | a reply this crate does not know how to read |
 //!
+//! The script answers a key's own error (`WRONGTYPE`, a refused write's `OOM` or `READONLY`)
+//! as a value, `{3, message}`, which the limiter turns back into the reply `message` before
+//! sorting it here: it goes where that reply goes (see `script.rs` for why).
+//!
 //! The line between the two: a [`Failure`] is a state of Redis that passes by itself or by an
 //! operator fixing Redis, during which no answer for any key can be had, so the policy the user
 //! chose (open, closed, local) applies; an [`Error`] says something is wrong with this key, this

@@ -109,6 +109,17 @@
 //! map). Each request touches one key, so any key works; [`RedisLimiter::check_many`] sends one
 //! pipeline per hash slot, concurrently. Without the feature, a cluster node answers `MOVED`
 //! for most keys: [`Error::WrongNode`].
+//!
+//! The `redis` crate reports a cluster pipeline's first error reply for every command in it.
+//! So that one key's error stays that key's, the script answers it as a value, `{3,
+//! message}`, never as an error reply: a foreign value at the key (another type, or a string
+//! that is not an arrival time: [`Error::WrongType`]) or a write Redis refused (`OOM`,
+//! `READONLY`: answered by the failure policy). The limiter turns it back into the error reply
+//! `message` before sorting it, so [`RedisLimiter::check`], and `check_many` on a single server
+//! or on a cluster, give a key the same answer, and the other keys of its hash slot get their
+//! own decisions. [`Backend::Cell`] cannot do this: `CL.THROTTLE` answers a foreign key with a
+//! `WRONGTYPE` error reply, and on a cluster every key of that slot in a `check_many` gets
+//! it, although the module decided, and may have charged, the others.
 
 mod builder;
 mod cache;

@@ -142,12 +142,14 @@ impl RedisLimiter {
         };
         let first = conn
             .command(&self.command(redis_key, n, now_us, false))
-            .await;
+            .await
+            .map(|value| self.restored(value));
         match self.sorted(first, redis_key, generation) {
             Err(Sorted::NoScript) => {
                 let again = conn
                     .command(&self.command(redis_key, n, now_us, true))
-                    .await;
+                    .await
+                    .map(|value| self.restored(value));
                 self.sorted(again, redis_key, generation)
             }
             other => other,
@@ -157,12 +159,23 @@ impl RedisLimiter {
     /// A request of `n` units for each of `keys`, in order: the keys the deny cache can answer
     /// are answered here, the others go to Redis in one pipeline, one round trip (each still
     /// decided atomically by Redis, in order). On a cluster connection, one pipeline per hash
-    /// slot, sent concurrently. One answer per key, in order; a key's error (say `WRONGTYPE`)
-    /// is that key's alone on a single server. On a cluster, a pipeline reports its first
-    /// error for every command in it: the other keys of that hash slot then get the same
-    /// error although Redis decided (and may have charged) them; use [`check`](Self::check)
-    /// for a key that may hold a foreign value there. The whole call is bounded by the
-    /// timeout; a key whose pipeline did not come back is answered by the failure policy.
+    /// slot, sent concurrently. One answer per key, in order, the one [`check`](Self::check)
+    /// would give: a key's error (a foreign value's [`Error::WrongType`], a write refused for
+    /// `OOM`) is that key's alone, and the other keys get their decisions.
+    ///
+    /// On a cluster, the `redis` crate reports a pipeline's first error reply for every
+    /// command in it. With [`Backend::Script`] the script answers a key's own error as a value
+    /// (see the crate documentation, "Redis Cluster"), so the errors a slot's keys share are
+    /// connection errors and those Redis gives before running the script: the node's state,
+    /// the same for all of them (`LOADING`, `BUSY`, `CLUSTERDOWN`, ...; `NOSCRIPT` is resent
+    /// as `EVAL`), and an ACL's `NOPERM`, which the slot's keys share when the ACL allows only
+    /// some of them. With [`Backend::Cell`], `CL.THROTTLE`'s `WRONGTYPE` for a foreign key is
+    /// an error reply: every other key of that hash slot gets the same [`Error::WrongType`]
+    /// (naming its own Redis key) although the module decided, and may have charged, it; use
+    /// [`check`](Self::check) for a key that may hold a foreign value there.
+    ///
+    /// The whole call is bounded by the timeout; a key whose pipeline did not come back is
+    /// answered by the failure policy.
     pub async fn check_many(&self, keys: &[&str], n: u64) -> Vec<Result<Checked, Error>> {
         let sent = self.clock.now();
         let epoch = self.cache_epoch();
@@ -264,7 +277,7 @@ impl RedisLimiter {
                     Counters::add(&self.counters.round_trips, 1);
                     let mut again = Vec::new();
                     for (&g, value) in pending.iter().zip(values) {
-                        match value.extract_error() {
+                        match self.restored(value).extract_error() {
                             Ok(v) => results[g] = Some(Ok(v)),
                             Err(e) => match sort(&e, &redis_keys[group[g]]) {
                                 Sorted::NoScript if !eval => again.push(g),
@@ -292,7 +305,11 @@ impl RedisLimiter {
                     if came_back(&e) {
                         Counters::add(&self.counters.round_trips, 1);
                     }
-                    // A cluster pipeline reports its first error reply for all its commands.
+                    // A cluster pipeline reports its first error reply for all its commands
+                    // (`Conn::pipeline`). The script answers a key's own error as a value, read
+                    // above, so with it this is the node's or the connection's, the same for
+                    // every key. `CL.THROTTLE`'s `WRONGTYPE` for one foreign key lands here too,
+                    // and every key of the slot gets it (documented on `check_many`).
                     let retry = matches!(sort(&e, redis_key), Sorted::NoScript) && !eval;
                     if !retry {
                         for &g in &pending {
@@ -315,6 +332,15 @@ impl RedisLimiter {
                 })))
             })
             .collect()
+    }
+
+    /// A reply to the script with its `{3, message}` (a key's own error, as a value) turned
+    /// back into the error reply it stands for (`script::reply`); `CL.THROTTLE`'s as it came.
+    fn restored(&self, value: Value) -> Value {
+        match self.call {
+            Call::Script { .. } => script::reply(value),
+            Call::Cell { .. } => value,
+        }
     }
 
     /// The command for one request: the script (`EVALSHA`, or `EVAL` to load it) or

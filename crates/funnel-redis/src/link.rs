@@ -53,7 +53,8 @@ impl Conn {
 
     /// Sends a pipeline of `count` commands in one round trip. On a single server each reply
     /// stands alone (a `Value::ServerError` among them); a cluster connection turns the first
-    /// error reply into the error of the whole pipeline.
+    /// error reply into the error of the whole pipeline (which is why the script answers a
+    /// key's own error as a value: `script.rs`).
     pub(crate) async fn pipeline(
         &mut self,
         pipe: &Pipeline,

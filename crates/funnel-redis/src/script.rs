@@ -13,16 +13,26 @@
 //! * It returns `{code, tat_before, now}`: the Rust side rebuilds the full `Decision` from the
 //!   stored TAT and the server's time with `funnel::Quota::decide_at`, the very function the
 //!   in-process limiter uses, and checks that both agree on allowed or not.
+//! * A key's own error is a **value**, `{3, message}`, never an error reply: the message is the
+//!   error reply's text (Redis's, or the script's own), and the Rust side turns it back into
+//!   that reply before sorting it (`reply`), so a key gets the same typed error whichever way it
+//!   was sent. Its `GET` and its `SET` run under `redis.pcall`: a key holding another type makes
+//!   `GET` answer `WRONGTYPE`, a write refused (`OOM` under `maxmemory`, `READONLY` on a replica)
+//!   makes `SET` answer its error, and a string that is not a whole number of microseconds from 0
+//!   to 2^53 (another program's value, `"1.5"`, `"-5"`, `"abc"`) gets the script's own
+//!   `WRONGTYPE`, before any write: a typed error, never a silent overwrite. Why a value: a Redis
+//!   Cluster pipeline (the `redis` crate's) reports the first error reply among its commands for
+//!   every command of it, so one foreign key would take the decisions of every other key of its
+//!   hash slot with it.
 //!
 //! `ARGV`: emission interval (µs), tolerance (µs), limit, cost, and optionally `now` (µs since
 //! the Unix epoch) in place of the server's `TIME`. Only `RedisLimiter::check_n_at` (cargo
 //! feature `injected-time`, for tests) passes it: the arithmetic can then be checked against the
 //! reference model at the replay file's own timestamps. The key's expiry (`PX`) is still
 //! measured by the server's real clock, so a test that injects times keeps its keys' TTLs longer
-//! than the test takes. A key holding another type makes `GET` fail with `WRONGTYPE`, and a
-//! string that is not a whole number of microseconds from 0 to 2^53 (another program's value,
-//! `"1.5"`, `"-5"`, `"abc"`) makes the script answer `WRONGTYPE` itself, before any write: a
-//! typed error, never a silent overwrite.
+//! than the test takes.
+
+use redis::Value;
 
 pub(crate) const GCRA: &str = r#"
 local t = tonumber(ARGV[1])
@@ -36,12 +46,15 @@ else
   local clock = redis.call('TIME')
   now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
-local stored = redis.call('GET', KEYS[1])
+local stored = redis.pcall('GET', KEYS[1])
+if type(stored) == 'table' and stored.err then
+  return {3, stored.err}
+end
 local tat = 0
 if stored then
   tat = tonumber(stored)
   if tat == nil or tat ~= math.floor(tat) or tat < 0 or tat > 9007199254740992 then
-    return redis.error_reply('WRONGTYPE the key holds a string that is not an arrival time')
+    return {3, 'WRONGTYPE the key holds a string that is not an arrival time'}
   end
 end
 if n > limit then
@@ -55,10 +68,40 @@ if new - tau > now then
 end
 if n > 0 then
   local ttl_ms = math.ceil((new - now) / 1000)
-  redis.call('SET', KEYS[1], string.format('%.0f', new), 'PX', ttl_ms)
+  local set = redis.pcall('SET', KEYS[1], string.format('%.0f', new), 'PX', ttl_ms)
+  if type(set) == 'table' and set.err then
+    return {3, set.err}
+  end
 end
 return {1, tat, now}
 "#;
+
+/// The code of the script's `{3, message}`: the key's own error, as a value.
+const KEY_ERROR: i64 = 3;
+
+/// The script's reply, with its `{3, message}` turned back into the error reply `message` it
+/// stands for: a `Value::ServerError` read by the `redis` crate's own parser, so that it is
+/// sorted exactly as that reply would have been. Every other reply is returned unchanged.
+pub(crate) fn reply(value: Value) -> Value {
+    let Value::Array(items) = &value else {
+        return value;
+    };
+    let [Value::Int(KEY_ERROR), Value::BulkString(message)] = items.as_slice() else {
+        return value;
+    };
+    // An error reply is one line; Redis's messages are, and this keeps any other on one.
+    let mut line = Vec::with_capacity(message.len() + 3);
+    line.push(b'-');
+    line.extend(message.iter().map(|&b| match b {
+        b'\r' | b'\n' => b' ',
+        b => b,
+    }));
+    line.extend_from_slice(b"\r\n");
+    match redis::parse_redis_value(&line) {
+        Ok(error @ Value::ServerError(_)) => error,
+        _ => value,
+    }
+}
 
 /// The script's verdict, before the Rust side rebuilds the decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,5 +119,46 @@ impl Verdict {
             2 => Some(Verdict::CostExceedsLimit),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted_code(value: Value) -> String {
+        let e = value.extract_error().expect_err("an error reply");
+        e.code().unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn a_key_error_becomes_the_error_reply_it_stands_for() {
+        let of = |message: &str| {
+            reply(Value::Array(vec![
+                Value::Int(KEY_ERROR),
+                Value::BulkString(message.as_bytes().to_vec()),
+            ]))
+        };
+        let wrong_type = of("WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(sorted_code(wrong_type), "WRONGTYPE");
+        let own = of("WRONGTYPE the key holds a string that is not an arrival time");
+        assert_eq!(sorted_code(own), "WRONGTYPE");
+        let oom = of("OOM command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(sorted_code(oom), "OOM");
+        let read_only = of("READONLY You can't write against a read only replica.");
+        let e = read_only.extract_error().unwrap_err();
+        assert_eq!(e.kind(), redis::ErrorKind::ReadOnly);
+        let two_lines = of("ERR one\r\nEXTRA two");
+        assert_eq!(sorted_code(two_lines), "ERR");
+    }
+
+    #[test]
+    fn a_decision_is_left_as_it_came() {
+        for code in 0..3 {
+            let decision = Value::Array(vec![Value::Int(code), Value::Int(5), Value::Int(6)]);
+            assert_eq!(reply(decision.clone()), decision);
+        }
+        let short = Value::Array(vec![Value::Int(KEY_ERROR)]);
+        assert_eq!(reply(short.clone()), short);
     }
 }

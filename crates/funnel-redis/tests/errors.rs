@@ -156,3 +156,60 @@ async fn a_foreign_string_is_a_typed_error_and_is_left_alone() {
         assert_eq!(kept, foreign, "the value was left alone");
     }
 }
+
+/// A foreign key (a Redis hash, a string that is not an arrival time) gets the same answer from
+/// `check` and from `check_many`, and the same counts: `Error::WrongType` naming its Redis key,
+/// one typed error, one round trip, never the failure policy's answer (here `Open`, which would
+/// admit it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_check_many_give_a_foreign_key_the_same_answer_and_counts() {
+    let server = server();
+    let quota = Quota::per_second(10).unwrap();
+    let open = || {
+        RedisLimiter::builder(server.url(), quota)
+            .timeout(Duration::from_secs(2))
+            .on_failure(OnFailure::Open)
+            .build()
+    };
+    // Loaded once, so that neither limiter below pays a NOSCRIPT round trip.
+    open().await.unwrap().check_n("warm", 0).await.unwrap();
+    let mut con = inspect(&server);
+    let planted = open().await.unwrap();
+    let (hashed, string) = (planted.redis_key("hashed"), planted.redis_key("string"));
+    let _: () = redis::cmd("HSET")
+        .arg(&hashed)
+        .arg("f")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&string)
+        .arg("abc")
+        .query(&mut con)
+        .unwrap();
+    for (key, redis_key) in [("hashed", &hashed), ("string", &string)] {
+        let one = open().await.unwrap();
+        let many = open().await.unwrap();
+        let alone = one.check(key).await;
+        let batch = many.check_many(&[key], 1).await;
+        for answer in [&alone, &batch[0]] {
+            match answer {
+                Err(Error::WrongType { redis_key: named }) => assert_eq!(named, redis_key),
+                other => panic!("{key}: expected WrongType, got {other:?}"),
+            }
+        }
+        assert_eq!(one.stats(), many.stats(), "{key}");
+        assert_eq!((one.stats().typed_errors, one.stats().round_trips), (1, 1));
+        let mixed = many.check_many(&["fine", key, "also-fine"], 1).await;
+        assert_eq!(mixed[0].as_ref().unwrap().source, Source::Redis);
+        assert!(matches!(mixed[1], Err(Error::WrongType { .. })), "{key}");
+        assert_eq!(mixed[2].as_ref().unwrap().source, Source::Redis);
+    }
+    let kind: String = redis::cmd("TYPE").arg(&hashed).query(&mut con).unwrap();
+    let kept: String = redis::cmd("GET").arg(&string).query(&mut con).unwrap();
+    assert_eq!(
+        (kind.as_str(), kept.as_str()),
+        ("hash", "abc"),
+        "left alone"
+    );
+}

@@ -18,8 +18,10 @@
 //!     the generation it had, so the next binding can be numbered from it;
 //!   * `PENDING(g)`: the slot is the target of a move while the table grows (`table/grow/`);
 //!     its key is bound, its funnel is still the source slot's;
-//!   * any other payload `x`: `MOVED(x)`, the sealed source of a move; `x` is the TAT it had
-//!     when sealed, which the target takes.
+//!   * `DEAD(g)`: the source of a finished move (or an abandoned target): free, like `EMPTY`,
+//!     but `g` is its last binding's generation, so the next binding is numbered from it;
+//!   * any other payload `x`: `MOVED(x)`, the sealed source of a move in progress; `x` is the
+//!     TAT it had when sealed, which the target takes.
 //!
 //! The single-key [`Funnel`](crate::Funnel) stores the bare TAT (generation 0; `0` means
 //! "never used", which the arithmetic treats exactly like a recovered funnel).
@@ -38,7 +40,7 @@ pub(crate) const MAX_TOLERANCE_NANOS: u64 = 1 << 60;
 pub(crate) const MAX_TIME_NANOS: u64 = 3 * (1 << 60) - 32;
 /// The largest TAT ever stored.
 pub(crate) const MAX_TAT: u64 = MAX_TIME_NANOS + MAX_TOLERANCE_NANOS;
-/// The smallest marker payload; `RESERVED` and `PENDING` words sit at and above it.
+/// The smallest marker payload; `RESERVED`, `PENDING` and `DEAD` words sit at and above it.
 const MARKS: u64 = TAT_MASK - 15;
 /// The smallest live word: generation 1, TAT 0.
 const LIVE_MIN: u64 = 1 << TAT_BITS;
@@ -67,10 +69,17 @@ pub(crate) enum SlotState {
         /// The generation this binding will keep once live.
         gen: u64,
     },
-    /// The sealed source of a move (or of a recovered key dropped by a move): no funnel here.
+    /// The sealed source of a move in progress (or of a recovered key being dropped by a
+    /// move): its funnel is the key's until the move ends, and the slot is not free.
     Moved {
         /// The TAT the key had when sealed (at least 1).
         tat: u64,
+    },
+    /// A finished move's source, or a move's abandoned target: free, as `Empty`; the key word
+    /// still holds the key that left, which no reader pairs with this word.
+    Dead {
+        /// The generation of the slot's last binding, `1..=3`.
+        gen: u64,
     },
     /// Bound to the key in the slot's key word.
     Live {
@@ -95,9 +104,13 @@ pub(crate) fn decode(word: u64) -> SlotState {
         SlotState::Moved { tat: payload }
     } else if payload < MARKS + 4 {
         SlotState::Reserved
-    } else {
+    } else if payload < MARKS + 8 {
         SlotState::Pending {
             gen: payload - MARKS - 4,
+        }
+    } else {
+        SlotState::Dead {
+            gen: payload - MARKS - 8,
         }
     }
 }
@@ -152,6 +165,15 @@ pub(crate) fn moved(tat: u64) -> u64 {
     tat.max(1)
 }
 
+/// The word of a slot freed by a move: its source once the target is live (or the key was
+/// dropped), or its target when the move is abandoned. `gen` is the generation of the binding
+/// that leaves, which the slot's next binding counts from.
+#[inline]
+pub(crate) fn dead(gen: u64) -> u64 {
+    debug_assert!((1..=3).contains(&gen));
+    MARKS + 8 + gen
+}
+
 /// The generation of the next binding of a slot whose current generation is `gen`
 /// (`0` for an empty slot). Cycles 1, 2, 3, 1, ... so a live word is never `EMPTY`.
 #[inline]
@@ -160,11 +182,11 @@ pub(crate) fn next_gen(gen: u64) -> u64 {
 }
 
 /// The generation a slot carries into its next binding: a live word's own, the one a
-/// reservation or a pending move kept, 0 for an empty or moved slot.
+/// reservation, a pending move or a dead slot kept, 0 for an empty or moved slot.
 #[inline]
 pub(crate) fn gen_of(word: u64) -> u64 {
     match decode(word) {
-        SlotState::Live { gen, .. } | SlotState::Pending { gen } => gen,
+        SlotState::Live { gen, .. } | SlotState::Pending { gen } | SlotState::Dead { gen } => gen,
         SlotState::Reserved => word - MARKS,
         SlotState::Empty | SlotState::Moved { .. } => 0,
     }
@@ -201,11 +223,15 @@ mod tests {
     }
 
     #[test]
-    fn pending_and_moved_words_are_neither_live_nor_markers_of_each_other() {
+    fn pending_dead_and_moved_words_are_neither_live_nor_markers_of_each_other() {
         for gen in 1..=3 {
             assert_eq!(decode(pending(gen)), SlotState::Pending { gen });
             assert_eq!(gen_of(pending(gen)), gen);
             assert!(!is_live(pending(gen)));
+            assert_eq!(decode(dead(gen)), SlotState::Dead { gen });
+            assert_eq!(gen_of(dead(gen)), gen);
+            assert!(!is_live(dead(gen)));
+            assert!(dead(gen) <= TAT_MASK, "a dead word has generation bits 0");
         }
         for tat in [1, 2, 1 << 40, MAX_TIME_NANOS, MAX_TAT] {
             assert_eq!(decode(moved(tat)), SlotState::Moved { tat });

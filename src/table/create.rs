@@ -5,7 +5,7 @@
 
 use super::bucket::{Bucket, SLOTS_PER_BUCKET};
 use super::tags::tag_of;
-use super::{grow, Home, Table};
+use super::{Home, Table};
 use crate::meter::Meter;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, Ordering};
@@ -245,7 +245,9 @@ impl Table {
         // makes it fail); ordering for readers comes from the Release key store below.
         // Acquire on success: pairs with the Release store (or update/reset CAS) of the word we
         // replace, so the previous binding's key store happens before ours and ours is the
-        // later one in the key word's order. Creators under different locks share no other
+        // later one in the key word's order. A DEAD word is a mover's Release store, made
+        // after its Acquire validation read the binding that left (`migrate::live_word`), so
+        // the chain holds through it. Creators under different locks share no other
         // ordering; with Relaxed the old key could land last and pair with our funnel (loom
         // model 4a).
         if bucket.words[i]
@@ -259,27 +261,6 @@ impl Table {
         {
             return None;
         }
-        // A dead slot's word, `MOVED(x)`, is also the word of a move in progress whose source
-        // was sealed with the same `x` (keys charged at one `now` share arrival times): since
-        // `scan` saw the slot dead, another key may have been bound there and be moving out.
-        // The CAS cannot tell the two apart; the key word can. Acquire: our CAS read the
-        // sealing write (a Release CAS), so this load sees the moving key's key store, which
-        // came before it, or the mover's tombstone, its last write to the slot. A tombstone:
-        // the slot is dead (again) and ours, its generation the tombstone's. The moving key:
-        // its move is not over; we put the sealed word back untouched (nobody else writes a
-        // RESERVED word, and the mover never rereads its source's) and choose again.
-        let gen = if matches!(state::decode(word), SlotState::Moved { .. }) {
-            match grow::tombstone_gen(bucket.keys[i].load(Ordering::Acquire)) {
-                Some(dead) => dead,
-                None => {
-                    // Release: as the seal we replaced, which readers helping the move Acquire.
-                    bucket.words[i].store(word, Ordering::Release);
-                    return None;
-                }
-            }
-        } else {
-            gen
-        };
         // Release: a reader that Acquire-loads this key also sees RESERVED (or newer) in the
         // funnel word, so it cannot pair the new key with the evicted funnel.
         bucket.keys[i].store(fp, Ordering::Release);
@@ -314,8 +295,7 @@ impl Table {
     ) -> Scan<'a> {
         let mut found = Scan::default();
         for slot in 0..SLOTS_PER_BUCKET {
-            // Relaxed: the creator's CAS validates whatever slot it picks (and, for a dead
-            // slot, the key word after it: `bind`).
+            // Relaxed: the creator's CAS validates whatever slot it picks (`bind`).
             let word = bucket.words[slot].load(Ordering::Relaxed);
             let victim = |gen, taken| Victim {
                 bucket,
@@ -330,26 +310,20 @@ impl Table {
                         found.slot = Some(victim(0, Taken::Unbound));
                     }
                 }
-                SlotState::Moved { tat } => {
-                    // Free once its move is over: the mover then replaces the key with a
-                    // tombstone carrying the binding's generation (`grow/`). Acquire: pairs
-                    // with that Release store; the RESERVED CAS on `word` revalidates.
-                    match grow::tombstone_gen(bucket.keys[slot].load(Ordering::Acquire)) {
-                        Some(gen) => {
-                            if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
-                                found.slot = Some(victim(gen, Taken::Unbound));
-                            }
-                        }
-                        None => {
-                            // A move in progress: no slot to take, but the key's funnel (its
-                            // sealed arrival time) still counts when choosing the victim.
-                            let expiry = quota.expiry(tat);
-                            if least.is_none_or(|(_, e)| expiry < e) {
-                                *least = Some((victim(0, Taken::Moving), expiry));
-                            }
-                            continue;
-                        }
+                SlotState::Dead { gen } => {
+                    // Left by a finished move: free. The RESERVED CAS revalidates the word.
+                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
+                        found.slot = Some(victim(gen, Taken::Unbound));
                     }
+                }
+                SlotState::Moved { tat } => {
+                    // A move in progress: no slot to take, but the key's funnel (its sealed
+                    // arrival time) still counts when choosing the victim.
+                    let expiry = quota.expiry(tat);
+                    if least.is_none_or(|(_, e)| expiry < e) {
+                        *least = Some((victim(0, Taken::Moving), expiry));
+                    }
+                    continue;
                 }
                 SlotState::Live { gen, tat } if quota.expiry(tat) <= now => {
                     found.slot.get_or_insert(victim(gen, Taken::Recovered));
@@ -484,7 +458,7 @@ mod tests {
             table.place(&home(0, 1), 500, &quota),
             Placement::Full(_, 1_000)
         ));
-        // Slot 3 of bucket 1 sealed for a move (its key still a fingerprint) with a smaller
+        // Slot 3 of bucket 1 sealed for a move in progress with a smaller
         // arrival time than every live key: wait for the move rather than evict a live key.
         table.buckets[1].words[3].store(state::moved(600), Ordering::Relaxed);
         assert!(matches!(
@@ -497,6 +471,16 @@ mod tests {
             table.place(&home(0, 1), 500, &quota),
             Placement::Full(_, 1_000)
         ));
+        // Once the move is over the slot is dead: free, and its next binding is numbered from
+        // the generation of the binding that left.
+        table.buckets[1].words[3].store(state::dead(2), Ordering::Relaxed);
+        let Placement::Free(v) = table.place(&home(0, 1), 500, &quota) else {
+            panic!("a dead slot is free");
+        };
+        assert!(std::ptr::eq(v.bucket, &table.buckets[1]));
+        assert_eq!((v.slot, v.taken), (3, Taken::Unbound));
+        let word = table.bind(99, v, BindAs::Live(700)).unwrap();
+        assert_eq!(state::decode(word), SlotState::Live { gen: 3, tat: 700 });
     }
 
     #[test]

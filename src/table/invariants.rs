@@ -3,14 +3,14 @@
 //! beyond a bucket's slots, the key counter equal to the bound slots.
 
 use super::bucket::SLOTS_PER_BUCKET;
-use super::grow::{tombstone_gen, FIRST_FP};
+use super::grow::FIRST_FP;
 use super::tags::tag_of;
 use super::Table;
 use crate::state::{self, SlotState};
 use crate::sync::Ordering;
 
 impl Table {
-    /// Checks the table's invariants while no other thread uses it: no RESERVED or PENDING
+    /// Checks the table's invariants while no other thread uses it: no RESERVED, PENDING or MOVED
     /// slot, no key bound twice, every key in one of its candidate buckets (at the level in use,
     /// or, in the middle of a growth, the level it grows from), the key count equal to the bound
     /// slots. For tests and fuzzing.
@@ -41,9 +41,10 @@ impl Table {
                     SlotState::Pending { .. } => {
                         return Err(format!("slot {at:?} is PENDING at rest"))
                     }
-                    SlotState::Moved { .. } if tombstone_gen(key).is_some() => {}
-                    SlotState::Moved { .. } => {
-                        return Err(format!("slot {at:?} is MOVED without a tombstone at rest"))
+                    SlotState::Moved { .. } => return Err(format!("slot {at:?} is MOVED at rest")),
+                    SlotState::Dead { .. } if key >= FIRST_FP => {}
+                    SlotState::Dead { .. } => {
+                        return Err(format!("slot {at:?} is DEAD with no key that left it"))
                     }
                     SlotState::Live { tat, .. } => {
                         bound += 1;

@@ -142,9 +142,9 @@ impl Table {
                 // Completing it with the old move's arrival time would forget every charge in
                 // between. Validating the source again settles it: the target's PENDING word
                 // was Acquire-loaded in `validate`, every move of a key runs under its creation
-                // lock, and a move ends by tombstoning its source's key, before that lock is
-                // released; so a target made pending by a later move shows us that tombstone
-                // (or a newer key), and the source then fails validation. A source that still
+                // lock, and a move ends by marking its source DEAD, before that lock is
+                // released; so a target made pending by a later move shows us that DEAD word
+                // (or a newer binding's), and the source then fails validation. A source that still
                 // holds the key and the same sealed word belongs to the move in progress, the
                 // target's (a key has one move at a time, and that move's seal is its source's
                 // only write once its target is pending). A target seen before a source seen
@@ -308,7 +308,7 @@ fn examine(bucket: &Bucket, slot: usize, fp: u64) -> Seen<'_> {
         SlotState::Live { .. } => Seen::Live(found),
         SlotState::Pending { .. } => Seen::Pending(found),
         SlotState::Moved { tat } => Seen::Moved(found, tat),
-        SlotState::Empty | SlotState::Reserved => Seen::Nothing,
+        SlotState::Empty | SlotState::Reserved | SlotState::Dead { .. } => Seen::Nothing,
     }
 }
 

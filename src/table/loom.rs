@@ -679,11 +679,11 @@ fn a_reader_never_completes_a_later_move_with_an_earlier_moves_arrival_time() {
         assert_eq!((home.first, home.second), (0, 1));
         bind(&table, MOVER, 10);
         assert_eq!(live_at(&table, MOVER), Some((0, 0)));
-        // Slot 1 of bucket 0 is dead (a finished move's tombstone and word) and still carries
-        // the key's tag from an earlier binding there: tags are never cleared.
+        // Slot 1 of bucket 0 is dead, left by an earlier move of the key, and still carries
+        // the key and its tag: neither is cleared.
         let first = &table.buckets[0];
-        first.keys[1].store(1, Ordering::Relaxed);
-        first.words[1].store(state::moved(3), Ordering::Relaxed);
+        first.keys[1].store(MOVER, Ordering::Relaxed);
+        first.words[1].store(state::dead(1), Ordering::Relaxed);
         first.set_tag(1, MOVER & 0xFF);
         let q = quota(4, 10);
         let reader = {
@@ -707,18 +707,18 @@ fn a_reader_never_completes_a_later_move_with_an_earlier_moves_arrival_time() {
     });
 }
 
-/// A creator that saw a slot dead (`MOVED(10)` and a tombstone) reserves it by a CAS from
-/// `MOVED(10)`. Meanwhile another key is bound there, with the same arrival time, and a
-/// cuckoo step seals it as its move's source: `MOVED(10)` again. The creator's CAS succeeds on
-/// the move in progress; it must then see the key word is no tombstone and give the slot back
-/// (`create::bind`), or the mover's tombstone lands on the creator's key and its funnel is
-/// lost.
+/// A creator that saw a slot dead (`DEAD(1)`, left by a finished move) reserves it by a CAS
+/// from that word. Meanwhile another key is bound there, with the same arrival time the first
+/// one had, and a cuckoo step seals it as its move's source. When a dead slot was `MOVED(10)`
+/// with a tombstone key, the sealed source had the very same word, `MOVED(10)`, and the
+/// creator's CAS could take the move in progress, whose end then erased the creator's key and
+/// lost its funnel; a dead slot's own word makes the CAS fail there (`create::bind`).
 #[test]
 fn a_creator_never_takes_the_sealed_source_of_a_move_in_progress() {
     model(|| {
         let table = table(2);
         let q = quota(4, 10);
-        // MOVER_TWO at (0, 0), moved to bucket 1: (0, 0) is dead, MOVED(10).
+        // MOVER_TWO at (0, 0), moved to bucket 1: (0, 0) is dead.
         bind(&table, MOVER_TWO, 10);
         assert_eq!(live_at(&table, MOVER_TWO), Some((0, 0)));
         move_to(&table, MOVER_TWO, 1, 0, &q);

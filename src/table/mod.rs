@@ -186,7 +186,7 @@ impl Table {
     /// Where the key with this 64-bit hash lives now.
     #[inline(always)]
     pub(crate) fn home(&self, hash: u64) -> Home {
-        // Fingerprints 0 to 3 are not keys (no key, and the tombstones of `grow/`).
+        // The fingerprint 0 is no key (the key word of a slot never bound).
         let fp = hash.max(grow::FIRST_FP);
         let (first, second) = match &self.shape {
             Shape::Fixed { len } => fixed_candidates(fp, *len),

@@ -164,7 +164,7 @@ impl Table {
 
     /// [`locate`](Self::locate) under the key's creation lock: exact about a key that is
     /// present. Unlocked, a lookup can miss a present key whose whole move ran while it scanned
-    /// (the tags read before the target was bound, the source tombstoned by the time it was
+    /// (the tags read before the target was bound, the source dead by the time it was
     /// examined); every move of a key runs under its creation lock, and every binding of it was
     /// made under that lock, whose Acquire shows us all of them. For the answers that must not
     /// take a present key for an absent one and create nothing to find out: a refund or a

@@ -7,7 +7,7 @@ use super::super::create::{lock, try_lock, BindAs, Placement};
 use super::super::lookup::{complete, Found};
 use super::super::tags::tag_of;
 use super::super::{Home, Table};
-use super::{candidates, tombstone, Level, CHUNK, FIRST_FP, INDEX_BITS, INDEX_MASK, MIGRATE_TRIES};
+use super::{candidates, Level, CHUNK, FIRST_FP, INDEX_BITS, INDEX_MASK, MIGRATE_TRIES};
 use crate::meter::Meter;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, Ordering};
@@ -66,7 +66,7 @@ impl Table {
             // the key's lock.
             let fp = bucket.keys[slot].load(Ordering::Acquire);
             if fp < FIRST_FP || !state::is_live(bucket.words[slot].load(Ordering::Acquire)) {
-                continue; // no key, a tombstone, or a slot being bound or moved
+                continue; // no key, or a slot being bound, moved, or dead
             }
             let (first, second) = candidates(fp, new_mask);
             if first != b && second != b {
@@ -172,9 +172,12 @@ impl Table {
             if let Some(target) = target {
                 complete(target, tat);
             }
-            // Release: a creator that Acquires the tombstone reuses the slot, the move being
-            // over (the target is live; no reader needs the source any more).
-            source.keys[slot].store(tombstone(state::gen_of(word)), Ordering::Release);
+            // The move is over (the target is live; no reader needs the source any more): the
+            // slot is dead, and free. Nobody else writes a sealed word (creators take only free
+            // slots, updates only live ones), so a store. Release: a creator that Acquires the
+            // dead word (its RESERVED CAS) binds after the move, and its key store comes after
+            // every earlier one (`create::bind`).
+            source.words[slot].store(state::dead(state::gen_of(word)), Ordering::Release);
             let shard = self.shard(fp);
             // Relaxed: statistics.
             shard.vacated.fetch_add(1, Ordering::Relaxed);
@@ -272,21 +275,17 @@ impl Table {
     fn abandon(&self, fp: u64, target: Found<'_>) {
         let Found { bucket, slot, word } = target;
         let gen = state::gen_of(word);
-        // Acquire: as any reservation (`create::bind`). It cannot fail: only a helper that saw
-        // this key's sealed source, still sealed after it read this target, could change a
-        // pending word (`lookup::locate`), and there is none: an earlier move's source shows
-        // its tombstone by then.
-        let reserved = bucket.words[slot].compare_exchange(
+        // Release: as the DEAD word of a finished move (`relocate`). It cannot fail: only a
+        // helper that saw this key's sealed source, still sealed after it read this target,
+        // could change a pending word (`lookup::locate`), and there is none: an earlier move's
+        // source is dead by then.
+        let freed = bucket.words[slot].compare_exchange(
             word,
-            state::reserved(gen),
-            Ordering::Acquire,
+            state::dead(gen),
+            Ordering::Release,
             Ordering::Relaxed,
         );
-        debug_assert!(reserved.is_ok(), "a pending target changed under its mover");
-        // Release: as the tombstone of a move.
-        bucket.keys[slot].store(tombstone(gen), Ordering::Release);
-        // Release: a creator that Acquires the dead word sees the tombstone.
-        bucket.words[slot].store(state::moved(0), Ordering::Release);
+        debug_assert!(freed.is_ok(), "a pending target changed under its mover");
         // Relaxed: a statistic.
         self.shard(fp).vacated.fetch_add(1, Ordering::Relaxed);
     }

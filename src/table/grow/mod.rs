@@ -21,8 +21,8 @@
 //! Moving a key, under its creation lock, without ever blocking its updaters: reserve a target
 //! slot and bind it PENDING (key and tag set, no funnel of its own), then seal the source with a
 //! CAS from its live word to `MOVED(tat)` (an update that lands first makes the CAS fail; read
-//! again and retry), then complete the target to `LIVE(tat)`, then replace the source's key
-//! with a tombstone carrying its generation, which frees the slot. A reader that finds the
+//! again and retry), then complete the target to `LIVE(tat)`, then mark the source `DEAD`
+//! with its generation, which frees the slot. A reader that finds the
 //! target pending and the source sealed (and still sealed once the target was read, so the two
 //! are one move's) completes the target itself (`lookup::complete`) with the sealed arrival
 //! time.
@@ -39,8 +39,8 @@ use super::{Home, Shape, Table};
 use crate::meter::Meter;
 use crate::sync::{spin, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-/// Fingerprints start here: key words 1 to 3 are tombstones, 0 is no key.
-pub(super) const FIRST_FP: u64 = 4;
+/// Fingerprints start here: the key word 0 is no key.
+pub(super) const FIRST_FP: u64 = 1;
 /// A growable table's first bucket index starts at this fingerprint bit (bits 0-7 are the tag).
 const FIRST_SHIFT: u32 = 8;
 /// ... and its second at this one (the fingerprint rotated), so the two are independent up to
@@ -207,17 +207,6 @@ pub(super) fn candidates(fp: u64, mask: u64) -> (usize, usize) {
     let first = ((fp >> FIRST_SHIFT) & mask) as usize;
     let second = (fp.rotate_right(SECOND_ROTATE) & mask) as usize;
     (first, super::distinct(first, second, mask as usize + 1))
-}
-
-/// The key word that replaces a moved key: its binding's generation, 1 to 3.
-fn tombstone(gen: u64) -> u64 {
-    debug_assert!((1..=3).contains(&gen));
-    gen
-}
-
-/// The generation a tombstone key word carries, or `None` for a real key (a move in progress).
-pub(super) fn tombstone_gen(key: u64) -> Option<u64> {
-    (1..FIRST_FP).contains(&key).then_some(key)
 }
 
 impl Table {

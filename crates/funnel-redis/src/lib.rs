@@ -120,6 +120,14 @@
 //! own decisions. [`Backend::Cell`] cannot do this: `CL.THROTTLE` answers a foreign key with a
 //! `WRONGTYPE` error reply, and on a cluster every key of that slot in a `check_many` gets
 //! it, although the module decided, and may have charged, the others.
+//!
+//! A cluster pipeline that ran in part can run again whole, so `check_many` on a cluster may
+//! charge a key twice, which only ever denies more, never admits more: the `redis` crate
+//! resends a whole pipeline after an I/O error or a redirection of one of its commands
+//! (`MOVED`, `ASK`, `TRYAGAIN`, while a slot migrates), by which time the others may have run;
+//! and a `NOSCRIPT` for part of a pipeline (a `SCRIPT FLUSH` on the node in the middle of it)
+//! makes this crate resend the whole slot as `EVAL`. On a single server each command answers
+//! for itself, and only those that found no script are sent again.
 
 mod builder;
 mod cache;

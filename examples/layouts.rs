@@ -390,7 +390,7 @@ fn probe_one<L: Layout>(
     allow: bool,
 ) -> String {
     let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
-    let fp = |k: &u64| hasher.hash_one(k).max(4);
+    let fp = |k: &u64| hasher.hash_one(k).max(1);
     let table = L::with_slots((keys.len() as f64 * slots_per_key) as usize);
     let full = keys.iter().filter(|k| !table.insert(fp(k))).count();
     let mut best = Duration::MAX;

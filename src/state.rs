@@ -16,8 +16,8 @@
 //!   * `0`: `EMPTY`, a slot never bound to a key;
 //!   * `RESERVED(g)`, near the top of the payload range: a creator is binding the slot; `g` is
 //!     the generation it had, so the next binding can be numbered from it;
-//!   * `PENDING(g)`: the slot is the target of a move while the table grows (`table/grow/`);
-//!     its key is bound, its funnel is still the source slot's;
+//!   * `PENDING(g)`: the slot is the target of a move (a cuckoo step, or a growth:
+//!     `table/grow/`); its key is bound, its funnel is still the source slot's;
 //!   * `DEAD(g)`: the source of a finished move (or an abandoned target): free, like `EMPTY`,
 //!     but `g` is its last binding's generation, so the next binding is numbered from it;
 //!   * any other payload `x`: `MOVED(x)`, the sealed source of a move in progress; `x` is the

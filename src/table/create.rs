@@ -245,9 +245,10 @@ impl Table {
         // makes it fail); ordering for readers comes from the Release key store below.
         // Acquire on success: pairs with the Release store (or update/reset CAS) of the word we
         // replace, so the previous binding's key store happens before ours and ours is the
-        // later one in the key word's order. A DEAD word is a mover's Release store, made
-        // after its Acquire validation read the binding that left (`migrate::live_word`), so
-        // the chain holds through it. Creators under different locks share no other
+        // later one in the key word's order. A DEAD word is a mover's Release write: a finished
+        // move's, made after its Acquire validation read the binding that left
+        // (`migrate::live_word`), or an abandoned target's, whose key store was the mover's
+        // own; either way the chain holds through it. Creators under different locks share no other
         // ordering; with Relaxed the old key could land last and pair with our funnel (loom
         // model 4a).
         if bucket.words[i]
@@ -311,7 +312,8 @@ impl Table {
                     }
                 }
                 SlotState::Dead { gen } => {
-                    // Left by a finished move: free. The RESERVED CAS revalidates the word.
+                    // Left by a finished move, or an abandoned target: free. The RESERVED CAS
+                    // revalidates the word.
                     if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
                         found.slot = Some(victim(gen, Taken::Unbound));
                     }

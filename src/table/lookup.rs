@@ -147,7 +147,10 @@ impl Table {
                 // (or a newer binding's), and the source then fails validation. A source that still
                 // holds the key and the same sealed word belongs to the move in progress, the
                 // target's (a key has one move at a time, and that move's seal is its source's
-                // only write once its target is pending). A target seen before a source seen
+                // only write once its target is pending), or to a later move of the key back into
+                // that slot, sealed with the same arrival time; that one began after our target
+                // went live, so `complete`'s CAS fails on it (short of the generation ABA of
+                // docs/DESIGN.md, which would need three more bindings of the target's slot). A target seen before a source seen
                 // sealed needs no check: the target's word is compared by `complete`'s CAS, and
                 // a later move's seal shows us the earlier target already live.
                 (Some(target), Some((source, tat))) => {

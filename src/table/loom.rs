@@ -791,3 +791,71 @@ fn a_reset_racing_a_move_of_its_key_finds_the_key() {
         table.check_invariants().unwrap();
     });
 }
+
+/// Home bucket 1 (its creation lock) of the three-bucket cuckoo table, candidates 1 and 0.
+const EVICTOR: u64 = 0x6000_0000_0000_00C2;
+/// Home bucket 2 (its creation lock), candidates 2 and 1.
+const LATECOMER: u64 = 0xB000_0000_8000_00D3;
+
+/// A cuckoo move of `CUCKOO_MOVED` (arrival time 20: in debt at 5, recovered at 50) into
+/// bucket 2 races a creator of `EVICTOR` at 50, which may take the moving key's slot as a
+/// recovered one before the seal, so that the mover abandons its pending target (`DEAD`), and
+/// then a creator of `LATECOMER`, under a third lock, which may take that dead target. Every
+/// funnel stays its key's: the creators' two, and the moved key's unless it was evicted. The
+/// model fails when the abandoning mover frees its target with a plain Relaxed store (the
+/// moved key's own key store can then land after the latecomer's), when a creator's scan
+/// offers a MOVED slot, with a Relaxed RESERVED CAS, or with Relaxed loads in the mover's
+/// validation of its source (`migrate::live_word`).
+#[test]
+fn an_abandoned_target_taken_by_another_creator_keeps_every_funnel() {
+    use super::create::lock;
+    use super::grow::{Mode, Relocated};
+    model(|| {
+        let table = cuckoo_table(20);
+        let homes = |hash: u64| {
+            let home = table.home(hash);
+            (home.first, home.second)
+        };
+        assert_eq!(homes(EVICTOR), (1, 0));
+        assert_eq!(homes(LATECOMER), (2, 1));
+        assert_eq!(homes(CUCKOO_MOVED), (0, 2));
+        let creators = {
+            let table = table.clone();
+            thread::spawn(move || {
+                let q = quota(4, 10);
+                assert!(table.decide(&table.home(EVICTOR), 50, &q, 1).is_allowed());
+                assert!(table.decide(&table.home(LATECOMER), 50, &q, 1).is_allowed());
+            })
+        };
+        let moved = {
+            let _lock = lock(table.stripe(CUCKOO_MOVED));
+            match live_at(&table, CUCKOO_MOVED) {
+                None => Relocated::Gone,
+                Some((b, i)) => {
+                    let to = super::Home {
+                        fp: CUCKOO_MOVED,
+                        tag: CUCKOO_MOVED & 0xFF,
+                        first: 2,
+                        second: 2,
+                    };
+                    table.relocate(CUCKOO_MOVED, b, i, &to, 5, &quota(4, 10), Mode::Cuckoo)
+                }
+            }
+        };
+        creators.join().unwrap();
+        assert!(moved == Relocated::Done || moved == Relocated::Gone);
+        assert_eq!(tat_of(&table, EVICTOR), Some(60), "the evictor's funnel");
+        assert_eq!(
+            tat_of(&table, LATECOMER),
+            Some(60),
+            "the latecomer's funnel"
+        );
+        let expected = (moved == Relocated::Done).then_some(20);
+        assert_eq!(
+            tat_of(&table, CUCKOO_MOVED),
+            expected,
+            "the moved key's funnel"
+        );
+        table.check_invariants().unwrap();
+    });
+}

@@ -2,8 +2,8 @@
 //! fingerprint and a funnel word (`state.rs`). Each key may live in two candidate buckets; a new
 //! key goes to the candidate bucket with more free slots (two-choice placement).
 //!
-//! The slot protocol (EMPTY / RESERVED / LIVE, and PENDING / MOVED while a table grows; who moves
-//! a slot between them and why two racing threads cannot both win) is written out in
+//! The slot protocol (EMPTY / RESERVED / LIVE, and PENDING / MOVED / DEAD when a key moves, by a
+//! cuckoo step or while a table grows; who moves a slot between them and why two racing threads cannot both win) is written out in
 //! `docs/DESIGN.md`, "The slot protocol" and "Growing"; the comments here name the step of that
 //! argument they implement.
 //!

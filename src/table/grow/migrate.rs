@@ -173,10 +173,15 @@ impl Table {
                 complete(target, tat);
             }
             // The move is over (the target is live; no reader needs the source any more): the
-            // slot is dead, and free. Nobody else writes a sealed word (creators take only free
-            // slots, updates only live ones), so a store. Release: a creator that Acquires the
-            // dead word (its RESERVED CAS) binds after the move, and its key store comes after
-            // every earlier one (`create::bind`).
+            // slot is dead, and free. Nobody else writes a sealed word, so a store: no CAS ever
+            // expects a MOVED value (creators CAS EMPTY, DEAD or LIVE words, updates and resets
+            // LIVE ones, completers and `abandon` PENDING ones), and the only other plain stores
+            // are a creator's, to a slot it holds RESERVED. Release: a creator whose RESERVED CAS
+            // reads the dead word (Acquire) binds after the move, and its key store comes after
+            // the leaving binding's (`create::bind`): that store happened before our Acquire
+            // validation of it (`live_word`), and was made under the key's creation lock, which
+            // we hold. A Relaxed store fails the model
+            // `a_creator_never_takes_the_sealed_source_of_a_move_in_progress`.
             source.words[slot].store(state::dead(state::gen_of(word)), Ordering::Release);
             let shard = self.shard(fp);
             // Relaxed: statistics.
@@ -275,10 +280,13 @@ impl Table {
     fn abandon(&self, fp: u64, target: Found<'_>) {
         let Found { bucket, slot, word } = target;
         let gen = state::gen_of(word);
-        // Release: as the DEAD word of a finished move (`relocate`). It cannot fail: only a
-        // helper that saw this key's sealed source, still sealed after it read this target,
-        // could change a pending word (`lookup::locate`), and there is none: an earlier move's
-        // source is dead by then.
+        // Release: as the DEAD word of a finished move (`relocate`), so a creator that takes
+        // the slot binds after our key store. (This RMW also continues the release sequence of
+        // our own Release PENDING store, which came after that key store; the loom model
+        // `an_abandoned_target_taken_by_another_creator_keeps_every_funnel` fails only if this
+        // write is a plain Relaxed store.) It cannot fail: only a helper that saw this key's
+        // sealed source, still sealed after it read this target, could change a pending word
+        // (`lookup::locate`), and there is none: an earlier move's source is dead by then.
         let freed = bucket.words[slot].compare_exchange(
             word,
             state::dead(gen),

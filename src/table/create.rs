@@ -306,16 +306,12 @@ impl Table {
                 taken,
             };
             match state::decode(word) {
-                SlotState::Empty => {
+                SlotState::Empty | SlotState::Dead { .. } => {
+                    // Never bound, or left by a finished move or an abandoned target: free,
+                    // its next binding numbered from the generation it kept (`gen_of`: 0 for
+                    // EMPTY). The RESERVED CAS revalidates the word.
                     if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
-                        found.slot = Some(victim(0, Taken::Unbound));
-                    }
-                }
-                SlotState::Dead { gen } => {
-                    // Left by a finished move, or an abandoned target: free. The RESERVED CAS
-                    // revalidates the word.
-                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
-                        found.slot = Some(victim(gen, Taken::Unbound));
+                        found.slot = Some(victim(state::gen_of(word), Taken::Unbound));
                     }
                 }
                 SlotState::Moved { tat } => {

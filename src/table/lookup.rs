@@ -135,24 +135,25 @@ impl Table {
             }
             match (pending, sealed) {
                 // Half done: the source is sealed, the target still pending. Complete it (any
-                // thread may; the first CAS wins, the others fail on a live word) and look
-                // again, once we know the two are one move's. A source seen sealed *before* the target was seen
-                // pending may be an earlier move's, finished since: the key, charged in the
+                // thread may; the first CAS wins, the others fail on a live word) and look again,
+                // once we know the two are one move's. A source seen sealed *before* the target was
+                // seen pending may be an earlier move's, finished since: the key, charged in the
                 // slot that move made live, then moved again, and the target is the new move's.
                 // Completing it with the old move's arrival time would forget every charge in
-                // between. Validating the source again settles it: the target's PENDING word
-                // was Acquire-loaded in `validate`, every move of a key runs under its creation
-                // lock, and a move ends by marking its source DEAD, before that lock is
-                // released; so a target made pending by a later move shows us that DEAD word
-                // (or a newer binding's), and the source then fails validation. A source that still
-                // holds the key and the same sealed word belongs to the move in progress, the
-                // target's (a key has one move at a time, and that move's seal is its source's
-                // only write once its target is pending), or to a later move of the key back into
-                // that slot, sealed with the same arrival time; that one began after our target
-                // went live, so `complete`'s CAS fails on it (short of the generation ABA of
-                // docs/DESIGN.md, which would need three more bindings of the target's slot). A target seen before a source seen
-                // sealed needs no check: the target's word is compared by `complete`'s CAS, and
-                // a later move's seal shows us the earlier target already live.
+                // between. Validating the source again settles it: the target's PENDING word was
+                // Acquire-loaded in `validate`, every move of a key runs under its creation lock,
+                // and a move ends by marking its source DEAD, before that lock is released; so a
+                // target made pending by a later move shows us that DEAD word (or a newer
+                // binding's), and the source then fails validation. A source that still holds the
+                // key and the same sealed word belongs to the move in progress, the target's (a key
+                // has one move at a time, and that move's seal is its source's only write once its
+                // target is pending), or to a later move of the key back into that slot, sealed
+                // with the same arrival time; that one began after our target went live, so
+                // `complete`'s CAS fails on it (short of the generation ABA of docs/DESIGN.md,
+                // which would need three more bindings of the target's slot). A target seen before
+                // a source seen sealed needs no check: the target's word is compared by
+                // `complete`'s CAS, and a later move's seal shows us the earlier target already
+                // live.
                 (Some(target), Some((source, tat))) => {
                     if validate(source.bucket, source.slot, fp) == Some(source.word) {
                         complete(target, tat);

@@ -14,12 +14,13 @@
 //! requests were admitted, and the final arrival time of every key (so a request charged to the
 //! wrong funnel shows up as a TAT no sequential order produces).
 //!
-//! Each ordering and each step of the protocol is pinned by at least one model: weakening any
-//! of the Acquire/Release accesses in `lookup.rs`, `update.rs` and `create.rs` to Relaxed, dropping the creation lock, the
-//! locked rescan, the RESERVED state, either key check around the word load, or the rebind's
-//! generation bump makes at least one model fail, at a preemption bound of 2 already. (A reset
-//! keeps the generation; `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins
-//! why that is right. The one ignored model reproduces the known forced-eviction ABA residual.)
+//! Each ordering and each step of the protocol is pinned by at least one model: weakening any of
+//! the Acquire/Release accesses in `lookup.rs`, `update.rs` and `create.rs` to Relaxed, dropping
+//! the creation lock, the locked rescan, the RESERVED state, either key check around the word load,
+//! or the rebind's generation bump makes at least one model fail, at a preemption bound of 2
+//! already. (A reset keeps the generation;
+//! `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins why that is right. The one
+//! ignored model reproduces the known forced-eviction ABA residual.)
 
 use std::time::Duration;
 

@@ -14,7 +14,8 @@
 //!
 //! Environment: `ICOUNT_ZIPF=<s>` draws the keys from a Zipf distribution with exponent `s`
 //! (`0 < s < 1`) instead of uniformly; `ICOUNT_CAPACITY=<slots>` sizes the table (default 1.5x
-//! the keys); `ICOUNT_CHUNK=<keys>` sets the `batch` mode's keys per call (default 32).
+//! the keys); `ICOUNT_CHUNK=<keys>` sets the `batch` mode's keys per call (default 32);
+//! `ICOUNT_HUGE=1` puts the table on transparent huge pages (`Builder::huge_pages`).
 //!
 //! The collected total divided by `max(keys, 2^20) * rounds` (the stream length times the
 //! rounds) is the cost of one decision (caller-supplied time, so no clock read is counted).
@@ -102,6 +103,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(n * 3 / 2);
+    // ICOUNT_HUGE=1: the table on transparent huge pages (`Builder::huge_pages`).
+    let huge = std::env::var_os("ICOUNT_HUGE").is_some();
     // Keys drawn uniformly unless ICOUNT_ZIPF gives a Zipf exponent (0 < s < 1; the harness's
     // `zipf-1M` is `ICOUNT_ZIPF=0.99` with 1,000,000 keys).
     let zipf = std::env::var("ICOUNT_ZIPF")
@@ -113,6 +116,7 @@ fn main() {
             let skeys: Vec<String> = keys.iter().map(|k| format!("user:{k}")).collect();
             let l = Limiter::<str>::builder(quota)
                 .capacity(capacity)
+                .huge_pages(huge)
                 .build()
                 .unwrap();
             for k in &skeys {
@@ -126,6 +130,7 @@ fn main() {
             // u64 keys through `check_batch_at`, ICOUNT_CHUNK keys a call (default 32).
             let l = Limiter::<u64>::builder(quota)
                 .capacity(capacity)
+                .huge_pages(huge)
                 .build()
                 .unwrap();
             for k in &keys {
@@ -154,6 +159,7 @@ fn main() {
             for round in 0..rounds as u64 {
                 let l = Limiter::<u64>::builder(quota)
                     .capacity(capacity)
+                    .huge_pages(huge)
                     .build()
                     .unwrap();
                 // New keys every round: `keys` shifted by the round (a bijection of i).
@@ -176,6 +182,7 @@ fn main() {
         _ => {
             let l = Limiter::<u64>::builder(quota)
                 .capacity(capacity)
+                .huge_pages(huge)
                 .build()
                 .unwrap();
             for k in &keys {

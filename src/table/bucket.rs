@@ -88,35 +88,99 @@ impl Bucket {
 /// up front and start with the resident memory of its initial size (`grow/`); the buckets in
 /// use from the start are touched by the table when it is built, so that first-touch page
 /// faults happen then and not in requests. `None` when the allocation fails.
+///
+/// The memory is asked for with the alignment of a `u64`, not a bucket's 128 bytes, and the
+/// buckets start at the first 128-byte boundary inside it: the standard library zeroes an
+/// allocation aligned beyond 16 bytes by writing it (`alloc` then a memset), which made every
+/// page of a growable table's whole reservation resident at once (262 MB for a table that may
+/// grow to 10 M keys, `tests/resident.rs`), while an ordinary alignment goes to `calloc`, which
+/// gets large blocks from the kernel as they are, zero and untouched.
 #[cfg(not(funnel_loom))]
-pub(crate) fn empty_buckets(n: usize) -> Option<Box<[Bucket]>> {
-    if n == 0 {
-        return Some(Box::new([]));
-    }
-    let layout = std::alloc::Layout::array::<Bucket>(n).ok()?;
-    // SAFETY:
-    // * `layout` has a non-zero size (n >= 1 buckets of 128 bytes), as `alloc_zeroed` requires;
-    // * a null pointer (allocation failure) is checked before use;
-    // * otherwise the pointer is valid for `n` buckets and zero-filled, and all-zero bytes are
-    //   a valid `Bucket`: every field is an `AtomicU64` (the representation of a `u64`) or an
-    //   `AtomicBool` (of a `bool`, 0 = false), and `#[repr(C)]` leaves only padding besides,
-    //   which needs no value (`a_zeroed_bucket_is_a_new_bucket` checks the fields);
-    // * `Box<[Bucket]>` frees with `Layout::array::<Bucket>(n)` from the global allocator,
-    //   exactly the layout and allocator it was allocated with.
+pub(crate) fn empty_buckets(n: usize) -> Option<Buckets> {
+    let size = n.checked_mul(std::mem::size_of::<Bucket>())?;
+    // Room to move the start up to a bucket's alignment.
+    let padded = size.checked_add(std::mem::align_of::<Bucket>())?;
+    let layout = std::alloc::Layout::from_size_align(padded, std::mem::align_of::<u64>()).ok()?;
+    // SAFETY: `layout` has a non-zero size (at least the 128 bytes of padding), as
+    // `alloc_zeroed` requires. A null pointer (allocation failure) is checked below.
     #[allow(unsafe_code)]
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<Bucket>();
-        if ptr.is_null() {
-            return None;
+    let base = unsafe { std::alloc::alloc_zeroed(layout) };
+    let base = std::ptr::NonNull::new(base)?;
+    let offset = base.as_ptr().align_offset(std::mem::align_of::<Bucket>());
+    debug_assert!(offset < std::mem::align_of::<Bucket>());
+    // SAFETY: `offset` is below the 128 bytes of padding, so `base + offset` and the `size`
+    // bytes after it lie inside the allocation.
+    #[allow(unsafe_code)]
+    let first = unsafe { base.add(offset) }.cast::<Bucket>();
+    Some(Buckets {
+        first,
+        len: n,
+        base,
+        layout,
+    })
+}
+
+/// A table's buckets: `len` of them from `first`, inside an allocation made at `base` with
+/// `layout` (`empty_buckets`), freed when this is dropped.
+#[cfg(not(funnel_loom))]
+pub(crate) struct Buckets {
+    first: std::ptr::NonNull<Bucket>,
+    len: usize,
+    base: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: `Buckets` owns its memory as a `Box<[Bucket]>` would, and `Bucket` (atomics only) is
+// `Send` and `Sync`, so sharing and sending the owner is as safe as for that box.
+#[cfg(not(funnel_loom))]
+#[allow(unsafe_code)]
+unsafe impl Send for Buckets {}
+// SAFETY: as for `Send` above.
+#[cfg(not(funnel_loom))]
+#[allow(unsafe_code)]
+unsafe impl Sync for Buckets {}
+
+#[cfg(not(funnel_loom))]
+impl std::ops::Deref for Buckets {
+    type Target = [Bucket];
+
+    fn deref(&self) -> &[Bucket] {
+        // SAFETY:
+        // * `first` is 128-byte aligned (`align_offset`) and non-null, and `len` buckets from it
+        //   lie inside the live allocation this value owns (`empty_buckets`);
+        // * that memory was zero-filled by `alloc_zeroed`, and all-zero bytes are a valid
+        //   `Bucket`: every field is an `AtomicU64` (the representation of a `u64`) or an
+        //   `AtomicBool` (of a `bool`, 0 = false), and `#[repr(C)]` leaves only padding
+        //   besides, which needs no value (`a_zeroed_bucket_is_a_new_bucket` checks the fields);
+        // * it is only ever reached through shared references (every write goes through the
+        //   atomics), and it lives as long as `self`, which the returned slice borrows.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(self.first.as_ptr(), self.len)
         }
-        Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
     }
 }
+
+#[cfg(not(funnel_loom))]
+impl Drop for Buckets {
+    fn drop(&mut self) {
+        // SAFETY: `base` was returned by `alloc_zeroed` with exactly `layout`, from the global
+        // allocator, and is freed only here, once. `Bucket` needs no drop of its own (atomics).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::alloc::dealloc(self.base.as_ptr(), self.layout);
+        }
+    }
+}
+
+/// Under loom, buckets are built one by one (below).
+#[cfg(funnel_loom)]
+pub(crate) type Buckets = Box<[Bucket]>;
 
 /// Under loom the atomics carry the model's state, so zeroed memory is not a valid bucket:
 /// build each one.
 #[cfg(funnel_loom)]
-pub(crate) fn empty_buckets(n: usize) -> Option<Box<[Bucket]>> {
+pub(crate) fn empty_buckets(n: usize) -> Option<Buckets> {
     Some((0..n).map(|_| Bucket::new()).collect())
 }
 

@@ -31,6 +31,7 @@ mod bucket;
 mod create;
 mod cuckoo;
 mod grow;
+mod huge;
 mod invariants;
 mod lookup;
 mod prefetch;
@@ -45,7 +46,7 @@ use crate::error::Error;
 use crate::sync::AtomicBool;
 
 pub(crate) use bucket::SLOTS_PER_BUCKET;
-use bucket::{empty_buckets, Bucket};
+use bucket::{empty_buckets, Bucket, Buckets};
 pub use create::WhenFull;
 use grow::Growth;
 pub use stats::Stats;
@@ -70,7 +71,7 @@ pub(crate) struct Home {
 }
 
 pub(crate) struct Table {
-    buckets: Box<[Bucket]>,
+    buckets: Buckets,
     shape: Shape,
     stats: [StatShard; STAT_SHARDS],
     /// What a new key does when its candidate buckets are full of funnels in debt (and the table
@@ -92,12 +93,17 @@ enum Shape {
 
 impl Table {
     /// A fixed table with room for at least `capacity` keys (rounded up to a whole bucket),
-    /// whose new keys follow `when_full` once their candidate buckets are full.
-    pub(crate) fn with_capacity(capacity: usize, when_full: WhenFull) -> Result<Table, Error> {
+    /// whose new keys follow `when_full` once their candidate buckets are full, on transparent
+    /// huge pages if `huge_pages` (`huge.rs`).
+    pub(crate) fn with_capacity(
+        capacity: usize,
+        when_full: WhenFull,
+        huge_pages: bool,
+    ) -> Result<Table, Error> {
         check_capacity(capacity)?;
         // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
         // is as large as asked for (to the next whole bucket), not the next power of two.
-        let buckets = allocate(capacity.div_ceil(SLOTS_PER_BUCKET))?;
+        let buckets = allocate(capacity.div_ceil(SLOTS_PER_BUCKET), huge_pages)?;
         // A fixed table is all in use: touch every bucket now, so that the operating system's
         // first-touch page faults (a microsecond or two each) happen at build time, not in the
         // first requests to reach each page.
@@ -123,6 +129,7 @@ impl Table {
         initial: usize,
         max: usize,
         when_full: WhenFull,
+        huge_pages: bool,
     ) -> Result<Table, Error> {
         check_capacity(initial)?;
         check_capacity(max)?;
@@ -134,7 +141,7 @@ impl Table {
         }
         let level = |keys: usize| keys.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().ilog2();
         let (min, max) = (level(initial), level(max));
-        let buckets = allocate(1 << max)?;
+        let buckets = allocate(1 << max, huge_pages)?;
         // The initial size is in use from the start: touch it now, as a fixed table's, so its
         // first-touch page faults happen here and not in requests (the rest is touched as the
         // table grows into it, by the creations that move keys there). The byte written is the
@@ -252,8 +259,14 @@ fn check_capacity(capacity: usize) -> Result<(), Error> {
     Ok(())
 }
 
-fn allocate(buckets: usize) -> Result<Box<[Bucket]>, Error> {
-    empty_buckets(buckets).ok_or(Error::OutOfMemory {
+fn allocate(buckets: usize, huge_pages: bool) -> Result<Buckets, Error> {
+    let allocated = empty_buckets(buckets).ok_or(Error::OutOfMemory {
         bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>()),
-    })
+    })?;
+    // Before anything touches the memory, so that its first-touch faults can take huge pages.
+    // Advice only: a table the kernel keeps on small pages works the same.
+    if huge_pages {
+        huge::advise(&allocated);
+    }
+    Ok(allocated)
 }

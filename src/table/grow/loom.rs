@@ -39,8 +39,13 @@ const J: u64 = fp(3, 2, 0xB2);
 
 /// A growable table of two buckets that may grow to four.
 fn growable() -> Arc<Table> {
-    let table =
-        Table::growable(2 * SLOTS_PER_BUCKET, 4 * SLOTS_PER_BUCKET, WhenFull::Evict).unwrap();
+    let table = Table::growable(
+        2 * SLOTS_PER_BUCKET,
+        4 * SLOTS_PER_BUCKET,
+        WhenFull::Evict,
+        false,
+    )
+    .unwrap();
     assert_eq!(table.capacity(), 2 * SLOTS_PER_BUCKET);
     Arc::new(table)
 }

@@ -419,7 +419,7 @@ mod tests {
         use std::time::Duration;
 
         let slots = SLOTS_PER_BUCKET;
-        let table = Table::growable(2 * slots, 4 * slots, WhenFull::Deny).unwrap();
+        let table = Table::growable(2 * slots, 4 * slots, WhenFull::Deny, false).unwrap();
         // Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
         let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
         // K lives in bucket 0 or 1 of the two, and belongs in bucket 2 or 3 of the four.

@@ -627,7 +627,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// use funnel::{Limiter, Quota};
     ///
     /// let limiter = Limiter::<u64>::builder(Quota::per_second(10)?)
-    ///     .capacity(10_000_000)
+    ///     .capacity(1_000_000) // 18 MB: nine huge pages
     ///     .huge_pages(true)
     ///     .build()?;
     /// assert!(limiter.check(&7).is_allowed());

@@ -118,6 +118,9 @@ impl Table {
     /// racing creator already has.
     pub(super) fn create<Q: Meter>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
         let mut round = 0;
+        // Whether this creation last made room by helping a migration (`make_room`, which then
+        // split its candidates of the old level).
+        let mut helped = false;
         loop {
             let lock = lock(self.stripe(fp));
             // A racing creator of the same key may have finished while we waited: the lock's
@@ -142,12 +145,25 @@ impl Table {
                     {
                         continue;
                     }
+                    // In the middle of a migration, candidates still full once split hold keys
+                    // that stay there at the new level too: no later chunk of the migration
+                    // frees them, and helping on until it ends made one request split the whole
+                    // old level (0.2-1 s at 10 M keys). Make room as the migration's movers do:
+                    // one cuckoo step, then two (the new level is about half full).
+                    if from.is_some()
+                        && helped
+                        && (self.make_room_for(fp, now, quota)
+                            || self.make_room_two_steps(fp, now, quota))
+                    {
+                        continue;
+                    }
                     if self.can_grow() {
                         // A table that can still grow never evicts a key in debt: make room
                         // (or wait for the growth under way) and look again. Growing takes
                         // every creation lock in turn: never while holding one.
                         drop(lock);
                         self.make_room(fp, now, quota, &mut round);
+                        helped = from.is_some();
                         continue;
                     }
                     match self.when_full {

@@ -404,6 +404,57 @@ mod tests {
         (first << FIRST_SHIFT) | (second << SECOND_ROTATE) | tag
     }
 
+    /// A new key whose two candidates stay full of funnels in debt once split (their keys
+    /// belong there at the new level too) makes room as a migration's mover does, by a cuckoo
+    /// step, instead of helping the migration chunk after chunk until it ends: before this, such
+    /// a creation split the whole old level itself, and at 10 M keys one request took 0.2-1 s
+    /// (`examples/growlat.rs`).
+    #[test]
+    fn a_creation_whose_split_candidates_stay_full_does_not_finish_the_migration_itself() {
+        use super::super::create::Created;
+        use crate::quota::Quota;
+        use crate::WhenFull;
+        use std::time::Duration;
+
+        let slots = SLOTS_PER_BUCKET as u64;
+        // 64 buckets growing to 128: the migration has 64 / CHUNK = 8 chunks.
+        let table = Table::growable(64 * 7, 128 * 7, WhenFull::Deny, false).unwrap();
+        let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
+        // Buckets 5 and 6 full of keys that recover at time 10; then keys of buckets 0 or 5,
+        // which find 5 full and fill 0; then keys of buckets 1 or 0, which fill 1. All of them
+        // stay put at 128 buckets (`distinct`: a key's two buckets differ).
+        let recover: Vec<u64> = (0..2 * slots).map(|i| fp(5, 6, 0x10 + i)).collect();
+        let movable: Vec<u64> = (0..slots).map(|i| fp(0, 5, 0x20 + i)).collect();
+        let stuck: Vec<u64> = (0..slots).map(|i| fp(1, 0, 0x30 + i)).collect();
+        for &f in &recover {
+            assert!(matches!(table.create(f, 0, 10, &quota), Created::Bound));
+        }
+        for &f in movable.iter().chain(&stuck) {
+            assert!(matches!(table.create(f, 0, 500, &quota), Created::Bound));
+        }
+        assert!(table.start_growth());
+        // At time 20 the keys of bucket 5 have recovered: room for one of bucket 0's keys.
+        let new = fp(0, 1, 0x40);
+        assert!(matches!(table.create(new, 20, 600, &quota), Created::Bound));
+        assert!(
+            table.homes(new).1.is_some(),
+            "the creation went on splitting until the migration ended"
+        );
+        let stats = table.stats();
+        assert_eq!(
+            (stats.forced_evictions, stats.turned_away),
+            (0, 0),
+            "{stats:?}"
+        );
+        let tat = |fp: u64| table.locate(fp).map(|found| state::tat_of(found.word));
+        assert_eq!(tat(new), Some(600));
+        for &f in movable.iter().chain(&stuck) {
+            assert_eq!(tat(f), Some(500), "a key in debt lost it");
+        }
+        while table.help_migrate(20, &quota) {}
+        table.check_invariants().unwrap();
+    }
+
     /// The last resort of a migration's move, which no stress test reaches: the key to move
     /// finds both its new buckets full of funnels in debt that no cuckoo step can move (each of
     /// their keys' other bucket is the other full target), and in the end evicts the least

@@ -207,11 +207,12 @@ impl Table {
         }
     }
 
-    /// Starts loading both candidate buckets of `home` (both lines of each) without waiting
-    /// for them, so that a batch of lookups overlaps its cache misses (`prefetch.rs`).
+    /// Starts loading both candidate buckets of `home` (both lines of each) into the L2 cache
+    /// without waiting for them, so that a batch of lookups overlaps its cache misses
+    /// (`prefetch::ahead`).
     #[inline]
     pub(crate) fn prefetch(&self, home: &Home) {
-        self.each_line(home, prefetch::prefetch);
+        self.each_line(home, prefetch::ahead);
     }
 
     /// A single decision's own start on the lines [`find`](Self::find) reads for `home`: hints

@@ -137,8 +137,9 @@ impl Table {
                     // Both candidate buckets are full of funnels in debt. First try to make room
                     // by moving one of their keys to its other candidate bucket (one cuckoo
                     // step, `cuckoo.rs`), which evicts nobody and grows nothing, then look
-                    // again. Not while the table moves keys between levels: the migration
-                    // makes room its own way.
+                    // again. While the table moves keys between levels, not before the
+                    // migration has split this key's candidates (`make_room`, below): until
+                    // then their keys may still be leaving, and the split frees room cheaper.
                     if from.is_none()
                         && self.worth_a_cuckoo_step(fp)
                         && self.make_room_for(fp, now, quota)
@@ -148,7 +149,7 @@ impl Table {
                     // In the middle of a migration, candidates still full once split hold keys
                     // that stay there at the new level too: no later chunk of the migration
                     // frees them, and helping on until it ends made one request split the whole
-                    // old level (0.2-1 s at 10 M keys). Make room as the migration's movers do:
+                    // old level (0.13-1.03 s at 10 M keys). Make room as the migration's movers do:
                     // one cuckoo step, then two (the new level is about half full).
                     if from.is_some()
                         && helped

@@ -74,8 +74,9 @@ impl Table {
         })
     }
 
-    /// Two cuckoo steps, for a migration's move that found `fp`'s candidates full and no key of
-    /// theirs with room in its other bucket (`make_room_for`): frees a slot in one of those
+    /// Two cuckoo steps, for a migration's move, or a creator in the middle of a migration, that
+    /// found `fp`'s candidates full and no key of theirs with room in its other bucket
+    /// (`make_room_for`): frees a slot in one of those
     /// other buckets by moving one of its keys on, then moves the first key into it. In the
     /// middle of a migration the other buckets are often old-level ones not split yet, still
     /// holding keys that are leaving them, and the second step moves one of those. The caller

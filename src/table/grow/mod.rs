@@ -407,8 +407,8 @@ mod tests {
     /// A new key whose two candidates stay full of funnels in debt once split (their keys
     /// belong there at the new level too) makes room as a migration's mover does, by a cuckoo
     /// step, instead of helping the migration chunk after chunk until it ends: before this, such
-    /// a creation split the whole old level itself, and at 10 M keys one request took 0.2-1 s
-    /// (`examples/growlat.rs`).
+    /// a creation split the whole old level itself, and at 10 M keys one request took
+    /// 0.13-1.03 s (`examples/growth_latency.rs`).
     #[test]
     fn a_creation_whose_split_candidates_stay_full_does_not_finish_the_migration_itself() {
         use super::super::create::Created;

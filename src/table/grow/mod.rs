@@ -455,6 +455,67 @@ mod tests {
         table.check_invariants().unwrap();
     }
 
+    /// The same creator when no key of its candidates has room in its other bucket, but a key of
+    /// one of those other buckets has room in its own: two cuckoo steps (the onward key moves
+    /// first, then the first key into the slot it freed), every key keeping its debt. Before,
+    /// the creation went on splitting until the migration ended, and then, at the table's
+    /// largest size, where a creator takes one step only, was turned away.
+    #[test]
+    fn a_creation_in_a_migration_makes_room_by_two_cuckoo_steps() {
+        use super::super::create::Created;
+        use crate::quota::Quota;
+        use crate::WhenFull;
+        use std::time::Duration;
+
+        let slots = SLOTS_PER_BUCKET as u64;
+        let table = Table::growable(64 * 7, 128 * 7, WhenFull::Deny, false).unwrap();
+        let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
+        // Buckets 9 and 10 full of keys that recover at time 10; then keys of buckets 5 or 9,
+        // which find 9 full and fill 5; keys of 0 or 5, which fill 0; keys of 1 or 0, which
+        // fill 1. All of them stay put at 128 buckets.
+        let recover: Vec<u64> = (0..2 * slots).map(|i| fp(9, 10, 0x10 + i)).collect();
+        let onward: Vec<u64> = (0..slots).map(|i| fp(5, 9, 0x20 + i)).collect();
+        let first: Vec<u64> = (0..slots).map(|i| fp(0, 5, 0x30 + i)).collect();
+        let stuck: Vec<u64> = (0..slots).map(|i| fp(1, 0, 0x40 + i)).collect();
+        for &f in &recover {
+            assert!(matches!(table.create(f, 0, 10, &quota), Created::Bound));
+        }
+        for &f in onward.iter().chain(&first).chain(&stuck) {
+            assert!(matches!(table.create(f, 0, 500, &quota), Created::Bound));
+        }
+        assert!(table.start_growth());
+        // At time 20: bucket 0's keys can go only to 5, full of keys in debt, and bucket 1's
+        // only to 0; bucket 5's keys can go to 9, whose keys have recovered.
+        let new = fp(0, 1, 0x50);
+        assert!(matches!(table.create(new, 20, 600, &quota), Created::Bound));
+        assert!(
+            table.homes(new).1.is_some(),
+            "the creation went on splitting until the migration ended"
+        );
+        let stats = table.stats();
+        assert_eq!(
+            (stats.forced_evictions, stats.turned_away),
+            (0, 0),
+            "{stats:?}"
+        );
+        let tat = |fp: u64| table.locate(fp).map(|found| state::tat_of(found.word));
+        assert_eq!(tat(new), Some(600));
+        for &f in onward.iter().chain(&first).chain(&stuck) {
+            assert_eq!(tat(f), Some(500), "a key in debt lost it");
+        }
+        let in_nine = onward
+            .iter()
+            .filter(|&&f| {
+                table
+                    .locate(f)
+                    .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[9]))
+            })
+            .count();
+        assert_eq!(in_nine, 1, "one key of bucket 5 should have moved on to 9");
+        while table.help_migrate(20, &quota) {}
+        table.check_invariants().unwrap();
+    }
+
     /// The last resort of a migration's move, which no stress test reaches: the key to move
     /// finds both its new buckets full of funnels in debt that no cuckoo step can move (each of
     /// their keys' other bucket is the other full target), and in the end evicts the least

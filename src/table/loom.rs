@@ -708,6 +708,39 @@ fn a_reader_never_completes_a_later_move_with_an_earlier_moves_arrival_time() {
     });
 }
 
+/// A peek (a request of 0 units, which never creates its key) racing two moves of its key, to
+/// bucket 0 and back to bucket 1: its unlocked lookup can reach each of the key's slots the
+/// instant the key is not there (under loom the scan visits slot 0 of the second bucket before
+/// slot 0 of the first, `tags::swar`), and must not then answer for a fresh funnel
+/// (`update::decide_slow` looks again under the key's creation lock, where no move runs).
+/// Without that second look it fails at the suite's preemption bound of 3; with it, it passes at
+/// 3 (269 k executions) and at 4 (1.83 M).
+#[test]
+fn a_peek_racing_two_moves_of_its_key_reports_its_own_debt() {
+    model(|| {
+        let table = table(2);
+        let q = quota(4, 10);
+        bind(&table, MOVER, 100);
+        move_to(&table, MOVER, 1, 5, &q);
+        assert_eq!(live_at(&table, MOVER), Some((1, 0)));
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(MOVER), 5, &quota(4, 10), 0))
+        };
+        move_to(&table, MOVER, 0, 5, &q);
+        move_to(&table, MOVER, 1, 5, &q);
+        let d = reader.join().unwrap();
+        // The key's debt: arrival time 100 at now 5.
+        assert_eq!(
+            d.reset_after(),
+            Duration::from_nanos(95),
+            "the peek answered for a fresh funnel: {d:?}"
+        );
+        assert_eq!(tat_of(&table, MOVER), Some(100));
+        table.check_invariants().unwrap();
+    });
+}
+
 /// A creator that saw a slot dead (`DEAD(1)`, left by a finished move) reserves it by a CAS
 /// from that word. Meanwhile another key is bound there, with the same arrival time the first
 /// one had, and a cuckoo step seals it as its move's source. When a dead slot was `MOVED(10)`

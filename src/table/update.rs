@@ -78,7 +78,17 @@ impl Table {
             // Absent is the same as a fresh funnel (TAT = now).
             let (decision, write) = quota.decide(0, now, n);
             let Some(new_tat) = write else {
-                return decision; // denied or a peek: an absent key stays absent
+                // Denied or a peek: an absent key stays absent. But the unlocked `locate` can
+                // miss a present key whose whole move ran while it scanned (`locate_locked`),
+                // and answering for a fresh funnel would then report the key's debt as gone.
+                // When a candidate slot carries the key's tag, look once more under its
+                // creation lock, where no move runs (loom model
+                // `a_peek_racing_two_moves_of_its_key_reports_its_own_debt`); a key no slot
+                // is tagged for is absent.
+                if look && self.locate_locked(fp).is_some() {
+                    continue;
+                }
+                return decision;
             };
             // While the table grows, every creation moves a chunk of keys (it takes locks
             // anyway; a request for a key that is present never does, so it never waits).
@@ -168,7 +178,8 @@ impl Table {
     /// examined); every move of a key runs under its creation lock, and every binding of it was
     /// made under that lock, whose Acquire shows us all of them. For the answers that must not
     /// take a present key for an absent one and create nothing to find out: a refund or a
-    /// rollback (which would leave the charge in place) and a reset.
+    /// rollback (which would leave the charge in place), a reset, and the reports (a peek, a
+    /// request no funnel could admit, a key's arrival time).
     #[cold]
     fn locate_locked(&self, fp: u64) -> Option<Found<'_>> {
         let _lock = super::create::lock(self.stripe(fp));
@@ -176,11 +187,19 @@ impl Table {
     }
 
     /// The key's arrival time, `0` when it is absent (the same as a fresh funnel): a report, as
-    /// a peek is, read without a lock, so a lookup racing a whole move of the key may take it
-    /// for absent (`docs/DESIGN.md`, "The slot protocol").
+    /// a peek is, read without a lock unless the unlocked lookups miss a key some candidate
+    /// slot is tagged for (then once more under its lock, as `decide_slow` does).
     pub(crate) fn arrival_time(&self, home: &Home) -> u64 {
+        let fp = home.fp;
         Self::find(self.start_words(home))
-            .or_else(|| self.locate(home.fp))
+            .or_else(|| self.locate(fp))
+            .or_else(|| {
+                if self.untagged(fp) {
+                    None
+                } else {
+                    self.locate_locked(fp)
+                }
+            })
             .map_or(0, |found| state::tat_of(found.word))
     }
 

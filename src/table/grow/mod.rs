@@ -404,38 +404,50 @@ mod tests {
         (first << FIRST_SHIFT) | (second << SECOND_ROTATE) | tag
     }
 
-    /// A new key whose two candidates stay full of funnels in debt once split (their keys
-    /// belong there at the new level too) makes room as a migration's mover does, by a cuckoo
-    /// step, instead of helping the migration chunk after chunk until it ends: before this, such
-    /// a creation split the whole old level itself, and at 10 M keys one request took
-    /// 0.13-1.03 s (`examples/growth_latency.rs`).
-    #[test]
-    fn a_creation_whose_split_candidates_stay_full_does_not_finish_the_migration_itself() {
-        use super::super::create::Created;
-        use crate::quota::Quota;
-        use crate::WhenFull;
-        use std::time::Duration;
-
+    /// A table of 64 buckets growing to 128 (a migration of 64 / CHUNK = 8 chunks), built for a
+    /// creator that finds its candidates full in the middle of the migration: two buckets
+    /// `recovering` full of keys whose funnels recover at time 10, then, for each bucket pair of
+    /// `in_debt`, a bucket's worth of keys with those candidates in debt until time 500 (each
+    /// pair's first bucket is filled when its second one is full), the growth started. Every
+    /// key stays where it is at 128 buckets. Returns the table and the keys in debt.
+    fn crowded_migration(recovering: (u64, u64), in_debt: &[(u64, u64)]) -> (Table, Vec<u64>) {
+        let table = Table::growable(64 * 7, 128 * 7, crate::WhenFull::Deny, false).unwrap();
         let slots = SLOTS_PER_BUCKET as u64;
-        // 64 buckets growing to 128: the migration has 64 / CHUNK = 8 chunks.
-        let table = Table::growable(64 * 7, 128 * 7, WhenFull::Deny, false).unwrap();
-        let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
-        // Buckets 5 and 6 full of keys that recover at time 10; then keys of buckets 0 or 5,
-        // which find 5 full and fill 0; then keys of buckets 1 or 0, which fill 1. All of them
-        // stay put at 128 buckets (`distinct`: a key's two buckets differ).
-        let recover: Vec<u64> = (0..2 * slots).map(|i| fp(5, 6, 0x10 + i)).collect();
-        let movable: Vec<u64> = (0..slots).map(|i| fp(0, 5, 0x20 + i)).collect();
-        let stuck: Vec<u64> = (0..slots).map(|i| fp(1, 0, 0x30 + i)).collect();
-        for &f in &recover {
-            assert!(matches!(table.create(f, 0, 10, &quota), Created::Bound));
+        let recover = (0..2 * slots).map(|i| fp(recovering.0, recovering.1, 0x10 + i));
+        for f in recover {
+            assert!(matches!(
+                table.create(f, 0, 10, &unit_quota()),
+                super::super::create::Created::Bound
+            ));
         }
-        for &f in movable.iter().chain(&stuck) {
-            assert!(matches!(table.create(f, 0, 500, &quota), Created::Bound));
+        let mut keys = Vec::new();
+        for (n, &(first, second)) in in_debt.iter().enumerate() {
+            for i in 0..slots {
+                let f = fp(first, second, 0x20 + 0x10 * n as u64 + i);
+                assert!(matches!(
+                    table.create(f, 0, 500, &unit_quota()),
+                    super::super::create::Created::Bound
+                ));
+                keys.push(f);
+            }
         }
         assert!(table.start_growth());
-        // At time 20 the keys of bucket 5 have recovered: room for one of bucket 0's keys.
-        let new = fp(0, 1, 0x40);
-        assert!(matches!(table.create(new, 20, 600, &quota), Created::Bound));
+        (table, keys)
+    }
+
+    /// Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
+    fn unit_quota() -> crate::quota::Quota {
+        crate::quota::Quota::new(999, 1, std::time::Duration::from_nanos(1)).unwrap()
+    }
+
+    /// Creates `new` (arrival time 600) at time 20 in a [`crowded_migration`] and checks that it
+    /// was bound with the migration still open, nobody evicted or turned away, and every key in
+    /// debt still holding its debt; then finishes the migration and checks the table.
+    fn create_in_the_middle(table: &Table, new: u64, in_debt: &[u64]) {
+        assert!(matches!(
+            table.create(new, 20, 600, &unit_quota()),
+            super::super::create::Created::Bound
+        ));
         assert!(
             table.homes(new).1.is_some(),
             "the creation went on splitting until the migration ended"
@@ -448,10 +460,23 @@ mod tests {
         );
         let tat = |fp: u64| table.locate(fp).map(|found| state::tat_of(found.word));
         assert_eq!(tat(new), Some(600));
-        for &f in movable.iter().chain(&stuck) {
+        for &f in in_debt {
             assert_eq!(tat(f), Some(500), "a key in debt lost it");
         }
-        while table.help_migrate(20, &quota) {}
+    }
+
+    /// A new key whose two candidates stay full of funnels in debt once split (their keys
+    /// belong there at the new level too) makes room as a migration's mover does, by a cuckoo
+    /// step, instead of helping the migration chunk after chunk until it ends: before this, such
+    /// a creation split the whole old level itself, and at 10 M keys one request took
+    /// 0.13-1.03 s (`examples/growth_latency.rs`).
+    #[test]
+    fn a_creation_whose_split_candidates_stay_full_does_not_finish_the_migration_itself() {
+        // Buckets 5 and 6 recover; keys of 0 or 5 fill 0, keys of 1 or 0 fill 1 (`distinct`: a
+        // key's two buckets differ). At time 20 one of bucket 0's keys can move to 5.
+        let (table, in_debt) = crowded_migration((5, 6), &[(0, 5), (1, 0)]);
+        create_in_the_middle(&table, fp(0, 1, 0x70), &in_debt);
+        while table.help_migrate(20, &unit_quota()) {}
         table.check_invariants().unwrap();
     }
 
@@ -462,48 +487,12 @@ mod tests {
     /// largest size, where a creator takes one step only, was turned away.
     #[test]
     fn a_creation_in_a_migration_makes_room_by_two_cuckoo_steps() {
-        use super::super::create::Created;
-        use crate::quota::Quota;
-        use crate::WhenFull;
-        use std::time::Duration;
-
-        let slots = SLOTS_PER_BUCKET as u64;
-        let table = Table::growable(64 * 7, 128 * 7, WhenFull::Deny, false).unwrap();
-        let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
-        // Buckets 9 and 10 full of keys that recover at time 10; then keys of buckets 5 or 9,
-        // which find 9 full and fill 5; keys of 0 or 5, which fill 0; keys of 1 or 0, which
-        // fill 1. All of them stay put at 128 buckets.
-        let recover: Vec<u64> = (0..2 * slots).map(|i| fp(9, 10, 0x10 + i)).collect();
-        let onward: Vec<u64> = (0..slots).map(|i| fp(5, 9, 0x20 + i)).collect();
-        let first: Vec<u64> = (0..slots).map(|i| fp(0, 5, 0x30 + i)).collect();
-        let stuck: Vec<u64> = (0..slots).map(|i| fp(1, 0, 0x40 + i)).collect();
-        for &f in &recover {
-            assert!(matches!(table.create(f, 0, 10, &quota), Created::Bound));
-        }
-        for &f in onward.iter().chain(&first).chain(&stuck) {
-            assert!(matches!(table.create(f, 0, 500, &quota), Created::Bound));
-        }
-        assert!(table.start_growth());
-        // At time 20: bucket 0's keys can go only to 5, full of keys in debt, and bucket 1's
-        // only to 0; bucket 5's keys can go to 9, whose keys have recovered.
-        let new = fp(0, 1, 0x50);
-        assert!(matches!(table.create(new, 20, 600, &quota), Created::Bound));
-        assert!(
-            table.homes(new).1.is_some(),
-            "the creation went on splitting until the migration ended"
-        );
-        let stats = table.stats();
-        assert_eq!(
-            (stats.forced_evictions, stats.turned_away),
-            (0, 0),
-            "{stats:?}"
-        );
-        let tat = |fp: u64| table.locate(fp).map(|found| state::tat_of(found.word));
-        assert_eq!(tat(new), Some(600));
-        for &f in onward.iter().chain(&first).chain(&stuck) {
-            assert_eq!(tat(f), Some(500), "a key in debt lost it");
-        }
-        let in_nine = onward
+        // Buckets 9 and 10 recover; keys of 5 or 9 fill 5, keys of 0 or 5 fill 0, keys of 1 or
+        // 0 fill 1. At time 20 bucket 0's keys can go only to 5, full, and bucket 1's only to
+        // 0; bucket 5's keys can go to 9.
+        let (table, in_debt) = crowded_migration((9, 10), &[(5, 9), (0, 5), (1, 0)]);
+        create_in_the_middle(&table, fp(0, 1, 0x70), &in_debt);
+        let in_nine = in_debt[..SLOTS_PER_BUCKET]
             .iter()
             .filter(|&&f| {
                 table
@@ -512,7 +501,7 @@ mod tests {
             })
             .count();
         assert_eq!(in_nine, 1, "one key of bucket 5 should have moved on to 9");
-        while table.help_migrate(20, &quota) {}
+        while table.help_migrate(20, &unit_quota()) {}
         table.check_invariants().unwrap();
     }
 

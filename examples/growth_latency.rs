@@ -18,11 +18,12 @@ fn main() -> Result<(), funnel::Error> {
     let keys: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000_000);
+        .unwrap_or(10_000_000)
+        .max(1);
     let huge = std::env::var("GROWTH_HUGE").is_ok_and(|v| v == "1");
     let limiter = Limiter::<u64>::builder(Quota::per_hour(1)?)
         .capacity(1024)
-        .max_capacity(keys / 4 * 5)
+        .max_capacity((keys / 4 * 5).max(1024))
         .huge_pages(huge)
         .build()?;
     let now = limiter.now();

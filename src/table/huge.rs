@@ -65,9 +65,10 @@ mod tests {
 
     #[test]
     fn a_table_of_many_pages_gets_the_advice_and_stays_zeroed() {
-        let buckets = empty_buckets(1 << 15).unwrap(); // 4 MiB
-                                                       // A kernel built without transparent huge pages has no such directory and refuses the
-                                                       // advice (EINVAL); any other takes it, whatever its `enabled` setting.
+        // 2^15 buckets: 4 MiB.
+        let buckets = empty_buckets(1 << 15).unwrap();
+        // A kernel built without transparent huge pages has no such directory and refuses the
+        // advice (EINVAL); any other takes it, whatever its `enabled` setting.
         let kernel_has_them = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
         assert_eq!(
             advise(&buckets),

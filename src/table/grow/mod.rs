@@ -442,7 +442,7 @@ mod tests {
 
     /// Creates `new` (arrival time 600) at time 20 in a [`crowded_migration`] and checks that it
     /// was bound with the migration still open, nobody evicted or turned away, and every key in
-    /// debt still holding its debt; then finishes the migration and checks the table.
+    /// debt still holding its debt.
     fn create_in_the_middle(table: &Table, new: u64, in_debt: &[u64]) {
         assert!(matches!(
             table.create(new, 20, 600, &unit_quota()),

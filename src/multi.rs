@@ -137,7 +137,7 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
 
     fn estimate(&self, now: Timestamp) -> Decision {
         let at = now.as_nanos();
-        // A report: read without a lock, as a peek is.
+        // A report, as a peek is: lock-free where the key is found (`Table::arrival_time`).
         let tat = self.limiter.arrival_time(self.key);
         gcra::decide(tat, at, &self.quota, self.n).0
     }

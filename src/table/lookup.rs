@@ -181,7 +181,10 @@ impl Table {
     ///
     /// Unlocked it is a filter, as the hot path's tags are (Relaxed: a binding this instant may
     /// not show yet, in which case `locate` would miss it the same way, and the creation
-    /// looks again under the lock). Under the key's creation lock it is exact: every binding of
+    /// looks again under the lock; and its two tag words, read one after the other, may show a
+    /// key that moved between them in neither, once another key is bound in the slot it left,
+    /// which is why the reports that create nothing look again under the lock too,
+    /// `update::decide_slow`). Under the key's creation lock it is exact: every binding of
     /// the key, tag included, was made under that lock, whose Acquire shows it to us, and no
     /// move of the key can run; a growth that starts later waits for our unlock (`grow/`, the
     /// barrier), so a level read here as settled stays so until then.

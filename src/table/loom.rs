@@ -741,6 +741,62 @@ fn a_peek_racing_two_moves_of_its_key_reports_its_own_debt() {
     });
 }
 
+/// Runs `op` on another thread while `MOVER` (arrival time 100), live at (1, 0) with
+/// `MOVER_TWO` bound in the slot (0, 0) it left, moves back to bucket 0 and `CREATOR` takes
+/// (1, 0), the slot it leaves then: one move, and two bindings that rewrote the tag bytes the
+/// key once had, so an unlocked tag filter read half before the move and half after finds no
+/// tag of the key's anywhere.
+fn racing_a_move_and_a_rebind<T: Send + 'static>(op: fn(&Table) -> T) -> (Arc<Table>, T) {
+    let table = table(2);
+    let q = quota(4, 10);
+    bind(&table, MOVER, 100);
+    move_to(&table, MOVER, 1, 5, &q);
+    bind(&table, MOVER_TWO, 50);
+    assert_eq!(live_at(&table, MOVER_TWO), Some((0, 0)));
+    let other = {
+        let table = table.clone();
+        thread::spawn(move || op(&table))
+    };
+    move_to(&table, MOVER, 0, 5, &q);
+    assert!(table.decide(&table.home(CREATOR), 5, &q, 1).is_allowed());
+    let done = other.join().unwrap();
+    (table, done)
+}
+
+/// A peek racing [`racing_a_move_and_a_rebind`]: its tag filter (`untagged`, which lets a report
+/// about a key no slot is tagged for skip the locked look) takes the key for absent, and the
+/// peek answers for a fresh funnel. Fails today (at a preemption bound of 2 already); kept as the
+/// reproducer of a known imprecision of reports (DESIGN.md, "The slot protocol"). Taking the
+/// lock for every report that finds nothing makes it pass, at a lock for every report about an
+/// absent key.
+#[test]
+#[ignore = "fails today: a report's tag filter misses a key moved between its two tag loads"]
+fn a_peek_racing_a_move_and_a_rebind_of_the_left_slot_reports_its_own_debt() {
+    model(|| {
+        let (table, d) = racing_a_move_and_a_rebind(|table| {
+            table.decide(&table.home(MOVER), 5, &quota(4, 10), 0)
+        });
+        assert_eq!(
+            d.reset_after(),
+            Duration::from_nanos(95),
+            "the peek answered for a fresh funnel: {d:?}"
+        );
+        assert_eq!(tat_of(&table, MOVER), Some(100));
+        table.check_invariants().unwrap();
+    });
+}
+
+/// `check_all`'s report of a limit it did not charge reads the key's arrival time the same way,
+/// and reads 0 for a key in debt. Fails today; the reproducer of the same imprecision.
+#[test]
+#[ignore = "fails today: a report's tag filter misses a key moved between its two tag loads"]
+fn an_arrival_time_racing_a_move_and_a_rebind_of_the_left_slot_is_the_keys() {
+    model(|| {
+        let (_, tat) = racing_a_move_and_a_rebind(|table| table.arrival_time(&table.home(MOVER)));
+        assert_eq!(tat, 100, "the key was taken for absent");
+    });
+}
+
 /// A creator that saw a slot dead (`DEAD(1)`, left by a finished move) reserves it by a CAS
 /// from that word. Meanwhile another key is bound there, with the same arrival time the first
 /// one had, and a cuckoo step seals it as its move's source. When a dead slot was `MOVED(10)`

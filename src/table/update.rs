@@ -83,8 +83,10 @@ impl Table {
                 // and answering for a fresh funnel would then report the key's debt as gone.
                 // When a candidate slot carries the key's tag, look once more under its
                 // creation lock, where no move runs (loom model
-                // `a_peek_racing_two_moves_of_its_key_reports_its_own_debt`); a key no slot
-                // is tagged for is absent.
+                // `a_peek_racing_two_moves_of_its_key_reports_its_own_debt`). A key no slot
+                // is tagged for is taken for absent without the lock: a filter, which a move
+                // and a rebind of the slot the key left can fool (the ignored loom models
+                // `..._racing_a_move_and_a_rebind_of_the_left_slot_...`, DESIGN.md).
                 if look && self.locate_locked(fp).is_some() {
                     continue;
                 }
@@ -188,7 +190,8 @@ impl Table {
 
     /// The key's arrival time, `0` when it is absent (the same as a fresh funnel): a report, as
     /// a peek is, read without a lock unless the unlocked lookups miss a key some candidate
-    /// slot is tagged for (then once more under its lock, as `decide_slow` does).
+    /// slot is tagged for (then once more under its lock, as `decide_slow` does, with the same
+    /// imprecision where no slot is).
     pub(crate) fn arrival_time(&self, home: &Home) -> u64 {
         let fp = home.fp;
         Self::find(self.start_words(home))

@@ -2,9 +2,13 @@
 //! in `table/loom.rs` and `multi/loom.rs` explore every interleaving), std's otherwise.
 
 #[cfg(funnel_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(funnel_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering,
+};
 
 /// Waits politely inside a spin loop. Under loom this yields, or the model never ends.
 #[inline]

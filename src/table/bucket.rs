@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  line 0: | tags (8 B) | fingerprint 0 | fingerprint 1 | ... | fingerprint 6 |
-//!  line 1: | word 0     | word 1        | ...           | word 6 | lock (1 B) + padding |
+//!  line 1: | word 0     | word 1        | ...           | word 6 | lock (1 B) | moves (2 B) |
 //! ```
 //!
 //! * `tags` holds one byte per slot, the tag of the bound key (`tags.rs`: its fingerprint's low
@@ -14,12 +14,13 @@
 //! * `keys[i]` is the fingerprint bound to slot `i`, `words[i]` its packed funnel word
 //!   (`state.rs`). A hit reads its tag word, one fingerprint and its funnel word.
 //! * `lock` is, in a fixed table, the creation lock of the keys whose first bucket this is
-//!   (`create.rs`); a growable table has an array of its own (`grow/`) and leaves it unused.
+//!   (`create.rs`), and `moves` the count of those keys' moves (`moves.rs`); a growable table
+//!   has arrays of its own (`grow/`) and leaves both unused.
 //!
 //! Loom models use buckets of four slots, which keeps their state space small; the protocol
 //! does not depend on the bucket size.
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 
 /// Slots per bucket.
 #[cfg(not(funnel_loom))]
@@ -38,6 +39,9 @@ pub(crate) struct Bucket {
     /// In a fixed table, the creation lock of the keys whose first bucket this is (a growable
     /// table locks through its own array, `Growth::stripe`).
     pub(crate) lock: AtomicBool,
+    /// In a fixed table, the move count of that lock's keys (`moves.rs`); in the padding after
+    /// the lock, so the bucket stays 128 bytes.
+    pub(crate) moves: AtomicU16,
 }
 
 #[cfg(not(funnel_loom))]
@@ -62,6 +66,7 @@ impl Bucket {
             keys: std::array::from_fn(|_| AtomicU64::new(0)),
             words: std::array::from_fn(|_| AtomicU64::new(crate::state::EMPTY)),
             lock: AtomicBool::new(false),
+            moves: AtomicU16::new(0),
         }
     }
 
@@ -70,12 +75,16 @@ impl Bucket {
     /// may change under us, hence the read-modify-write.
     pub(crate) fn set_tag(&self, i: usize, tag: u64) {
         let shift = 8 * i;
-        // Relaxed: tags are a filter. A reader that misses a fresh tag takes the locked slow
-        // path, and the lock's Release/Acquire pair (the tag is written before the creator
-        // unlocks) shows it to every later creator of the same key, which is what matters.
+        // Release on the write: tags are a filter, and a reader that misses a fresh tag takes
+        // the locked slow path; the lock's Release/Acquire pair (the tag is written before the
+        // creator unlocks) shows it to every later creator of the same key. The Release is for
+        // the reports that trust a miss without the lock (`moves.rs`): a reader that reads this
+        // byte, where another key's tag was, and then fences with Acquire, sees the move count
+        // of the key that left the slot changed. (A read-modify-write, so a later write of
+        // another byte continues its release sequence.) Relaxed on failure: we retry.
         let _ = self
             .tags
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |t| {
                 Some((t & !(0xFF << shift)) | (tag << shift))
             });
     }

@@ -764,13 +764,11 @@ fn racing_a_move_and_a_rebind<T: Send + 'static>(op: fn(&Table) -> T) -> (Arc<Ta
 }
 
 /// A peek racing [`racing_a_move_and_a_rebind`]: its tag filter (`untagged`, which lets a report
-/// about a key no slot is tagged for skip the locked look) takes the key for absent, and the
-/// peek answers for a fresh funnel. Fails today (at a preemption bound of 2 already); kept as the
-/// reproducer of a known imprecision of reports (DESIGN.md, "The slot protocol"). Taking the
-/// lock for every report that finds nothing makes it pass, at a lock for every report about an
-/// absent key.
+/// skip `locate`) can take the key for absent, and the peek must not then answer for a fresh
+/// funnel (`moves.rs`: the key's move count changed, so it looks again under the lock). A
+/// helper's review found it; it failed at a preemption bound of 2 when a report trusted the
+/// filter alone.
 #[test]
-#[ignore = "fails today: a report's tag filter misses a key moved between its two tag loads"]
 fn a_peek_racing_a_move_and_a_rebind_of_the_left_slot_reports_its_own_debt() {
     model(|| {
         let (table, d) = racing_a_move_and_a_rebind(|table| {
@@ -786,10 +784,9 @@ fn a_peek_racing_a_move_and_a_rebind_of_the_left_slot_reports_its_own_debt() {
     });
 }
 
-/// `check_all`'s report of a limit it did not charge reads the key's arrival time the same way,
-/// and reads 0 for a key in debt. Fails today; the reproducer of the same imprecision.
+/// `check_all`'s report of a limit it did not charge reads the key's arrival time the same way:
+/// it must not read 0 for a key in debt.
 #[test]
-#[ignore = "fails today: a report's tag filter misses a key moved between its two tag loads"]
 fn an_arrival_time_racing_a_move_and_a_rebind_of_the_left_slot_is_the_keys() {
     model(|| {
         let (_, tat) = racing_a_move_and_a_rebind(|table| table.arrival_time(&table.home(MOVER)));

@@ -34,6 +34,7 @@ mod grow;
 mod huge;
 mod invariants;
 mod lookup;
+mod moves;
 mod prefetch;
 mod stats;
 mod tags;

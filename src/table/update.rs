@@ -60,6 +60,14 @@ impl Table {
     #[cold]
     #[inline(never)]
     fn decide_slow<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, n: u64) -> Decision {
+        // Absent is the same as a fresh funnel (TAT = now): the answer an absent key gets, and
+        // whether it would be created.
+        let (decision, write) = quota.decide(0, now, n);
+        // A report (a peek, or a request no funnel could admit: nothing to write even for a
+        // fresh funnel) that finds nothing trusts its miss only if no move of the key ran
+        // meanwhile, so it reads the key's move count before any lookup (`moves.rs`). A
+        // request that would create its key finds out under the creation lock instead.
+        let before = write.is_none().then(|| self.moves_before(fp));
         // A key no slot is tagged for is absent: skip the full lookup the first time round (a
         // new key's common case; the creation below looks again under the lock, exactly).
         let mut look = !self.untagged(fp);
@@ -75,20 +83,19 @@ impl Table {
                     None => continue, // rebound or sealed under us: look again
                 }
             }
-            // Absent is the same as a fresh funnel (TAT = now).
-            let (decision, write) = quota.decide(0, now, n);
             let Some(new_tat) = write else {
-                // Denied or a peek: an absent key stays absent. But the unlocked `locate` can
-                // miss a present key whose whole move ran while it scanned (`locate_locked`),
-                // and answering for a fresh funnel would then report the key's debt as gone.
-                // When a candidate slot carries the key's tag, look once more under its
-                // creation lock, where no move runs (loom model
-                // `a_peek_racing_two_moves_of_its_key_reports_its_own_debt`). A key no slot
-                // is tagged for is taken for absent without the lock: a filter, which a move
-                // and a rebind of the slot the key left can fool (the ignored loom models
-                // `..._racing_a_move_and_a_rebind_of_the_left_slot_...`, DESIGN.md).
-                if look && self.locate_locked(fp).is_some() {
-                    continue;
+                // Denied or a peek: nothing to write, so no creation, whose lock would look
+                // again. The lookups above may have missed a present key while one of its moves
+                // ran (`moves.rs`); if one did, look once more under the key's creation lock,
+                // where no move runs, and answer from the word read there.
+                if before.is_some_and(|before| self.moved_since(fp, before)) {
+                    if let Some(found) = self.locate_locked(fp) {
+                        if let Some(decision) = charge(found, fp, now, quota, n) {
+                            return decision;
+                        }
+                        look = true;
+                        continue;
+                    }
                 }
                 return decision;
             };
@@ -189,18 +196,18 @@ impl Table {
     }
 
     /// The key's arrival time, `0` when it is absent (the same as a fresh funnel): a report, as
-    /// a peek is, read without a lock unless the unlocked lookups miss a key some candidate
-    /// slot is tagged for (then once more under its lock, as `decide_slow` does, with the same
-    /// imprecision where no slot is).
+    /// a peek is, read without a lock unless its lookups miss the key while one of its moves
+    /// runs (then once more under its lock, as `decide_slow` does).
     pub(crate) fn arrival_time(&self, home: &Home) -> u64 {
         let fp = home.fp;
+        let before = self.moves_before(fp);
         Self::find(self.start_words(home))
             .or_else(|| self.locate(fp))
             .or_else(|| {
-                if self.untagged(fp) {
-                    None
-                } else {
+                if self.moved_since(fp, before) {
                     self.locate_locked(fp)
+                } else {
+                    None
                 }
             })
             .map_or(0, |found| state::tat_of(found.word))

@@ -5,6 +5,7 @@
 use super::super::bucket::{Bucket, SLOTS_PER_BUCKET};
 use super::super::create::{lock, try_lock, BindAs, Placement};
 use super::super::lookup::{complete, Found};
+use super::super::moves::Moving;
 use super::super::tags::tag_of;
 use super::super::{Home, Table};
 use super::{candidates, Level, CHUNK, FIRST_FP, INDEX_BITS, INDEX_MASK, MIGRATE_TRIES};
@@ -138,6 +139,9 @@ impl Table {
         quota: &Q,
         mode: Mode,
     ) -> Relocated {
+        // Counted from before its first write to after its last (`moves.rs`); we hold the key's
+        // creation lock, as every move does.
+        let _moving = Moving::begin(self.moves(fp));
         let source = &self.buckets[b];
         let mut target: Option<Found<'_>> = None;
         loop {

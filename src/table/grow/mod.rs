@@ -37,7 +37,7 @@ use super::create::lock;
 use super::tags::tag_of;
 use super::{Home, Shape, Table};
 use crate::meter::Meter;
-use crate::sync::{spin, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{spin, AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 
 /// Fingerprints start here: the key word 0 is no key.
 pub(super) const FIRST_FP: u64 = 1;
@@ -123,6 +123,8 @@ pub(super) struct Growth {
     growing: AtomicBool,
     /// The creation locks (`stripe`): `2^min(max, 14)` of them.
     locks: Box<[AtomicBool]>,
+    /// Each lock's move count (`moves.rs`).
+    moves: Box<[AtomicU16]>,
     /// Growths started, for [`Stats`](crate::Stats).
     growths: AtomicU64,
 }
@@ -143,6 +145,9 @@ impl Growth {
             growing: AtomicBool::new(false),
             locks: (0..1u64 << max.min(MAX_STRIPE_LEVEL))
                 .map(|_| AtomicBool::new(false))
+                .collect(),
+            moves: (0..1u64 << max.min(MAX_STRIPE_LEVEL))
+                .map(|_| AtomicU16::new(0))
                 .collect(),
             growths: AtomicU64::new(0),
         }
@@ -185,13 +190,22 @@ impl Growth {
     /// table growing from 1,024 to 1.3 M keys): a creation's p99.9 went from milliseconds to
     /// microseconds (`docs/DESIGN.md`, "Creating keys under oversubscription"), for 16 KiB.
     pub(super) fn stripe(&self, fp: u64) -> &AtomicBool {
-        let stripes = self.locks.len() as u64 - 1;
-        &self.locks[((fp >> FIRST_SHIFT) & stripes) as usize]
+        &self.locks[self.stripe_index(fp)]
     }
 
-    /// Bytes of the creation locks.
+    /// The move count of `fp`'s creation lock (`moves.rs`).
+    pub(super) fn moves(&self, fp: u64) -> &AtomicU16 {
+        &self.moves[self.stripe_index(fp)]
+    }
+
+    fn stripe_index(&self, fp: u64) -> usize {
+        let stripes = self.locks.len() as u64 - 1;
+        ((fp >> FIRST_SHIFT) & stripes) as usize
+    }
+
+    /// Bytes of the creation locks and their move counts.
     pub(super) fn locks_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.locks)
+        std::mem::size_of_val(&*self.locks) + std::mem::size_of_val(&*self.moves)
     }
 
     /// Growths started so far.
@@ -388,7 +402,7 @@ mod tests {
         assert_eq!(Growth::new(8, 11).locks.len(), 1 << 11);
         assert_eq!(Growth::new(0, 0).locks.len(), 1);
         let g = Growth::new(8, 21);
-        assert_eq!(g.locks_bytes(), 16 << 10);
+        assert_eq!(g.locks_bytes(), 3 * (16 << 10));
         // Keys differing only above the lock bits share a lock; below them, they do not.
         let fp = 0xABCD_EF01_2345_6789;
         assert!(std::ptr::eq(g.stripe(fp), g.stripe(fp ^ (1 << 40))));

@@ -422,8 +422,8 @@ impl<K: ?Sized, C, Q> Limiter<K, C, Q> {
 
     /// Bytes of memory the table occupies: its buckets in use, with their locks, and its
     /// counters. Fixed at build time for a fixed table; for a growable one, that of its current
-    /// size plus its creation locks and their move counts (three bytes per bucket of its
-    /// largest size, at most 48 KiB; the rest of its maximum is reserved address space, never
+    /// size plus its creation locks and their move counts (five bytes per bucket of its
+    /// largest size, at most 80 KiB; the rest of its maximum is reserved address space, never
     /// touched).
     pub fn memory_bytes(&self) -> usize {
         self.table.memory_bytes()
@@ -554,7 +554,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// Memory: the maximum is reserved as address space when the limiter is built, but only
     /// the buckets in use are touched, so resident memory is that of the current size
     /// ([`memory_bytes`](Limiter::memory_bytes)), at most `128 B × 2^ceil(log2(keys / 7))`
-    /// plus the creation locks and their move counts (at most 48 KiB).
+    /// plus the creation locks and their move counts (at most 80 KiB).
     /// Updates stay lock-free while the table grows; keys whose buckets change move in
     /// chunks, carried by the requests that take the slow path. While keys move, a new key waits
     /// (helping the move) once the new size is three quarters full, so the keys still to move

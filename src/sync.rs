@@ -3,11 +3,11 @@
 
 #[cfg(funnel_loom)]
 pub(crate) use loom::sync::atomic::{
-    fence, AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 #[cfg(not(funnel_loom))]
 pub(crate) use std::sync::atomic::{
-    fence, AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 
 /// Waits politely inside a spin loop. Under loom this yields, or the model never ends.

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  line 0: | tags (8 B) | fingerprint 0 | fingerprint 1 | ... | fingerprint 6 |
-//!  line 1: | word 0     | word 1        | ...           | word 6 | lock (1 B) | moves (2 B) |
+//!  line 1: | word 0     | word 1        | ...           | word 6 | lock (1 B) | moves (4 B) |
 //! ```
 //!
 //! * `tags` holds one byte per slot, the tag of the bound key (`tags.rs`: its fingerprint's low
@@ -20,7 +20,7 @@
 //! Loom models use buckets of four slots, which keeps their state space small; the protocol
 //! does not depend on the bucket size.
 
-use crate::sync::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Slots per bucket.
 #[cfg(not(funnel_loom))]
@@ -41,7 +41,7 @@ pub(crate) struct Bucket {
     pub(crate) lock: AtomicBool,
     /// In a fixed table, the move count of that lock's keys (`moves.rs`); in the padding after
     /// the lock, so the bucket stays 128 bytes.
-    pub(crate) moves: AtomicU16,
+    pub(crate) moves: AtomicU32,
 }
 
 #[cfg(not(funnel_loom))]
@@ -66,7 +66,7 @@ impl Bucket {
             keys: std::array::from_fn(|_| AtomicU64::new(0)),
             words: std::array::from_fn(|_| AtomicU64::new(crate::state::EMPTY)),
             lock: AtomicBool::new(false),
-            moves: AtomicU16::new(0),
+            moves: AtomicU32::new(0),
         }
     }
 
@@ -158,8 +158,9 @@ impl std::ops::Deref for Buckets {
         // * `first` is 128-byte aligned (`align_offset`) and non-null, and `len` buckets from it
         //   lie inside the live allocation this value owns (`empty_buckets`);
         // * that memory was zero-filled by `alloc_zeroed`, and all-zero bytes are a valid
-        //   `Bucket`: every field is an `AtomicU64` (the representation of a `u64`) or an
-        //   `AtomicBool` (of a `bool`, 0 = false), and `#[repr(C)]` leaves only padding
+        //   `Bucket`: every field is an `AtomicU64` or `AtomicU32` (the representation of a
+        //   `u64`, a `u32`) or an `AtomicBool` (of a `bool`, 0 = false), and `#[repr(C)]` leaves
+        //   only padding
         //   besides, which needs no value (`a_zeroed_bucket_is_a_new_bucket` checks the fields);
         // * it is only ever reached through shared references (every write goes through the
         //   atomics), and it lives as long as `self`, which the returned slice borrows.
@@ -224,6 +225,10 @@ mod tests {
             assert_eq!(
                 b.lock.load(Ordering::Relaxed),
                 new.lock.load(Ordering::Relaxed)
+            );
+            assert_eq!(
+                b.moves.load(Ordering::Relaxed),
+                new.moves.load(Ordering::Relaxed)
             );
         }
         assert!(empty_buckets(0).unwrap().is_empty());

@@ -183,8 +183,8 @@ impl Table {
     /// not show yet, in which case `locate` would miss it the same way, and the creation
     /// looks again under the lock; and its two tag words, read one after the other, may show a
     /// key that moved between them in neither, once another key is bound in the slot it left,
-    /// which is why the reports that create nothing look again under the lock too,
-    /// `update::decide_slow`). Under the key's creation lock it is exact: every binding of
+    /// which is why a report that creates nothing trusts its miss only when no move of the key
+    /// ran meanwhile, `moves.rs`). Under the key's creation lock it is exact: every binding of
     /// the key, tag included, was made under that lock, whose Acquire shows it to us, and no
     /// move of the key can run; a growth that starts later waits for our unlock (`grow/`, the
     /// barrier), so a level read here as settled stays so until then.

@@ -37,7 +37,7 @@ use super::create::lock;
 use super::tags::tag_of;
 use super::{Home, Shape, Table};
 use crate::meter::Meter;
-use crate::sync::{spin, AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{spin, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Fingerprints start here: the key word 0 is no key.
 pub(super) const FIRST_FP: u64 = 1;
@@ -124,7 +124,7 @@ pub(super) struct Growth {
     /// The creation locks (`stripe`): `2^min(max, 14)` of them.
     locks: Box<[AtomicBool]>,
     /// Each lock's move count (`moves.rs`).
-    moves: Box<[AtomicU16]>,
+    moves: Box<[AtomicU32]>,
     /// Growths started, for [`Stats`](crate::Stats).
     growths: AtomicU64,
 }
@@ -147,7 +147,7 @@ impl Growth {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             moves: (0..1u64 << max.min(MAX_STRIPE_LEVEL))
-                .map(|_| AtomicU16::new(0))
+                .map(|_| AtomicU32::new(0))
                 .collect(),
             growths: AtomicU64::new(0),
         }
@@ -194,7 +194,7 @@ impl Growth {
     }
 
     /// The move count of `fp`'s creation lock (`moves.rs`).
-    pub(super) fn moves(&self, fp: u64) -> &AtomicU16 {
+    pub(super) fn moves(&self, fp: u64) -> &AtomicU32 {
         &self.moves[self.stripe_index(fp)]
     }
 
@@ -402,7 +402,7 @@ mod tests {
         assert_eq!(Growth::new(8, 11).locks.len(), 1 << 11);
         assert_eq!(Growth::new(0, 0).locks.len(), 1);
         let g = Growth::new(8, 21);
-        assert_eq!(g.locks_bytes(), 3 * (16 << 10));
+        assert_eq!(g.locks_bytes(), 5 * (16 << 10));
         // Keys differing only above the lock bits share a lock; below them, they do not.
         let fp = 0xABCD_EF01_2345_6789;
         assert!(std::ptr::eq(g.stripe(fp), g.stripe(fp ^ (1 << 40))));

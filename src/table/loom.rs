@@ -723,13 +723,14 @@ fn a_peek_racing_two_moves_of_its_key_reports_its_own_debt() {
         bind(&table, MOVER, 100);
         move_to(&table, MOVER, 1, 5, &q);
         assert_eq!(live_at(&table, MOVER), Some((1, 0)));
-        let reader = {
-            let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(MOVER), 5, &quota(4, 10), 0))
-        };
-        move_to(&table, MOVER, 0, 5, &q);
-        move_to(&table, MOVER, 1, 5, &q);
-        let d = reader.join().unwrap();
+        let (table, d) = racing(
+            table,
+            |table| table.decide(&table.home(MOVER), 5, &quota(4, 10), 0),
+            |table| {
+                move_to(table, MOVER, 0, 5, &q);
+                move_to(table, MOVER, 1, 5, &q);
+            },
+        );
         // The key's debt: arrival time 100 at now 5.
         assert_eq!(
             d.reset_after(),
@@ -739,6 +740,22 @@ fn a_peek_racing_two_moves_of_its_key_reports_its_own_debt() {
         assert_eq!(tat_of(&table, MOVER), Some(100));
         table.check_invariants().unwrap();
     });
+}
+
+/// Runs `op` on another thread while this one runs `changes` on `table`; returns the table and
+/// what `op` returned.
+fn racing<T: Send + 'static>(
+    table: Arc<Table>,
+    op: fn(&Table) -> T,
+    changes: impl FnOnce(&Table),
+) -> (Arc<Table>, T) {
+    let other = {
+        let table = table.clone();
+        thread::spawn(move || op(&table))
+    };
+    changes(&table);
+    let done = other.join().unwrap();
+    (table, done)
 }
 
 /// Runs `op` on another thread while `MOVER` (arrival time 100), live at (1, 0) with
@@ -753,14 +770,10 @@ fn racing_a_move_and_a_rebind<T: Send + 'static>(op: fn(&Table) -> T) -> (Arc<Ta
     move_to(&table, MOVER, 1, 5, &q);
     bind(&table, MOVER_TWO, 50);
     assert_eq!(live_at(&table, MOVER_TWO), Some((0, 0)));
-    let other = {
-        let table = table.clone();
-        thread::spawn(move || op(&table))
-    };
-    move_to(&table, MOVER, 0, 5, &q);
-    assert!(table.decide(&table.home(CREATOR), 5, &q, 1).is_allowed());
-    let done = other.join().unwrap();
-    (table, done)
+    racing(table, op, |table| {
+        move_to(table, MOVER, 0, 5, &q);
+        assert!(table.decide(&table.home(CREATOR), 5, &q, 1).is_allowed());
+    })
 }
 
 /// A peek racing [`racing_a_move_and_a_rebind`]: its tag filter (`untagged`, which lets a report
@@ -837,13 +850,9 @@ fn a_creator_never_takes_the_sealed_source_of_a_move_in_progress() {
 fn racing_a_move<T: Send + 'static>(op: fn(&Table) -> T) -> (Arc<Table>, T) {
     let table = table(2);
     bind(&table, MOVER, 20);
-    let other = {
-        let table = table.clone();
-        thread::spawn(move || op(&table))
-    };
-    move_to(&table, MOVER, 1, 5, &quota(4, 10));
-    let done = other.join().unwrap();
-    (table, done)
+    racing(table, op, |table| {
+        move_to(table, MOVER, 1, 5, &quota(4, 10))
+    })
 }
 
 /// A refund (`Table::update`, as `Limiter::refund_at`, `check_all`'s rollback and a settle-down

@@ -131,6 +131,7 @@ pub(super) struct Growth {
 
 impl Growth {
     pub(super) fn new(min: u32, max: u32) -> Growth {
+        let stripes = 1u64 << max.min(MAX_STRIPE_LEVEL);
         Growth {
             state: AtomicU64::new(
                 Level {
@@ -143,12 +144,8 @@ impl Growth {
             next: AtomicU64::new(NOT_READY),
             done: AtomicUsize::new(0),
             growing: AtomicBool::new(false),
-            locks: (0..1u64 << max.min(MAX_STRIPE_LEVEL))
-                .map(|_| AtomicBool::new(false))
-                .collect(),
-            moves: (0..1u64 << max.min(MAX_STRIPE_LEVEL))
-                .map(|_| AtomicU32::new(0))
-                .collect(),
+            locks: (0..stripes).map(|_| AtomicBool::new(false)).collect(),
+            moves: (0..stripes).map(|_| AtomicU32::new(0)).collect(),
             growths: AtomicU64::new(0),
         }
     }

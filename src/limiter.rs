@@ -616,8 +616,12 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// before the table is first touched; off by default). For tables of many MiB, which
     /// spend part of each lookup on TLB misses: at 10 M `u64` keys (229 MB) on an Intel Xeon
     /// guest, single decisions ran 7-14% faster and `check_batch` 10-32% faster; on an AMD
-    /// EPYC (Zen 5) guest huge pages gained 4-6% (BENCHMARKS.md, "Twelfth round"). A table
-    /// that fits the caches gains nothing. It takes effect where
+    /// EPYC guest of earlier runs huge pages gained 4-6% (BENCHMARKS.md, "Twelfth round"), and
+    /// on an AMD EPYC guest of family 25, model 17 nothing measurable (10 M keys, single
+    /// decisions 68-75 against 66-87 ns, batches of 32 keys 610-656 against 599-697 ns; two
+    /// rounds alternating, `ICOUNT_HUGE=<0|1> ICOUNT_CAPACITY=12500005
+    /// target/release/examples/icount 10000000 2 <allow|deny> <u64|batch>`). A table that fits
+    /// the caches gains nothing. It takes effect where
     /// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` (the usual default) or
     /// `always`, and while the kernel has huge pages to give; the resident memory of a
     /// growable table then rounds up to 2 MiB. Elsewhere than Linux it does nothing.

@@ -41,8 +41,14 @@ pub(crate) fn prefetch(word: &AtomicU64) {
 /// 590-640 against 561-820 denied; `examples/icount.rs`, `batch` mode, alternating builds),
 /// likely because the L1's few fill buffers then no longer limit how many lines are on their
 /// way. Keeping only the tag lines in the L1 request gained less (1,612-1,620 and 1,450-1,471
-/// ns at 10 M), and a non-temporal hint lost (1,886-1,895 and 1,657-1,681 ns). Not measured on
-/// the AMD guest of the earlier figures.
+/// ns at 10 M), and a non-temporal hint lost (1,886-1,895 and 1,657-1,681 ns). On an AMD EPYC
+/// guest (family 25, model 17; 1 MiB L2 a core, 32 MiB L3) the difference is far larger: at
+/// 10 M keys a batch of 32 took 718-846 ns with this hint against 1,996-2,475 ns with
+/// `_MM_HINT_T0` (about 25 against 65 ns a key, allowed and denied alike, two rounds of
+/// alternating builds); at Zipf 1 M, whose table fits that L3, 507-587 against 535-649 ns.
+/// A single lookup's [`hint`] keeps `_MM_HINT_T0`: with `_MM_HINT_T1` there, single
+/// decisions on that AMD guest were no faster (Zipf 1 M 48-54 against 42-48 ns, 10 M 86-104
+/// against 71-89 ns).
 #[inline(always)]
 pub(crate) fn ahead(word: &AtomicU64) {
     #[cfg(all(target_arch = "x86_64", not(funnel_loom)))]

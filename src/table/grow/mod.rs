@@ -516,6 +516,61 @@ mod tests {
         table.check_invariants().unwrap();
     }
 
+    /// The creator's fall-back when neither search makes room: its candidates are full of keys
+    /// in debt whose other bucket is the other candidate, so no cuckoo step, one or two, can move
+    /// any of them. It helps the migration on (the only way left that may free a slot), and
+    /// once the migration ends, at the table's largest size, `WhenFull` decides: here it is
+    /// turned away, told when the least indebted candidate recovers, with every key keeping its
+    /// debt and nobody evicted.
+    #[test]
+    fn a_creation_no_cuckoo_step_can_help_helps_the_migration_to_its_end_then_obeys_when_full() {
+        use super::super::create::Created;
+        // Keys of 0 or 1 fill 0 and 1 (their two candidates); buckets 5 and 6 recover.
+        let (table, in_debt) = crowded_migration((5, 6), &[(0, 1), (1, 0)]);
+        let full = |b: usize| {
+            in_debt
+                .iter()
+                .filter(|&&f| {
+                    table
+                        .locate(f)
+                        .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
+                })
+                .count()
+        };
+        assert_eq!((full(0), full(1)), (SLOTS_PER_BUCKET, SLOTS_PER_BUCKET));
+        let new = fp(0, 1, 0x70);
+        assert!(table.homes(new).1.is_some(), "the migration is open");
+        let created = table.create(new, 20, 600, &unit_quota());
+        // The least indebted candidate (arrival time 500) recovers 480 ns after time 20.
+        assert!(
+            matches!(created, Created::TurnedAway(480)),
+            "not turned away"
+        );
+        assert!(
+            table.homes(new).1.is_none(),
+            "the migration should have ended"
+        );
+        assert!(!table.can_grow(), "the table is at its largest size");
+        let stats = table.stats();
+        assert_eq!(
+            (stats.forced_evictions, stats.turned_away),
+            (0, 1),
+            "{stats:?}"
+        );
+        assert!(
+            table.locate(new).is_none(),
+            "a key turned away holds no slot"
+        );
+        for &f in &in_debt {
+            assert_eq!(
+                table.locate(f).map(|found| state::tat_of(found.word)),
+                Some(500),
+                "a key in debt lost it"
+            );
+        }
+        table.check_invariants().unwrap();
+    }
+
     /// The last resort of a migration's move, which no stress test reaches: the key to move
     /// finds both its new buckets full of funnels in debt that no cuckoo step can move (each of
     /// their keys' other bucket is the other full target), and in the end evicts the least

@@ -44,8 +44,9 @@ pub(crate) fn prefetch(word: &AtomicU64) {
 /// ns at 10 M), and a non-temporal hint lost (1,886-1,895 and 1,657-1,681 ns). On an AMD EPYC
 /// guest (family 25, model 17; 1 MiB L2 a core, 32 MiB L3) the difference is far larger: at
 /// 10 M keys a batch of 32 took 718-846 ns with this hint against 1,996-2,475 ns with
-/// `_MM_HINT_T0` (about 25 against 65 ns a key, allowed and denied alike, two rounds of
-/// alternating builds); at Zipf 1 M, whose table fits that L3, 507-587 against 535-649 ns.
+/// `_MM_HINT_T0` (about 24 against 67 ns a key, allowed and denied together, four rounds of
+/// alternating builds); at Zipf 1 M, whose table fits that L3, 507-587 against 535-649 ns
+/// (two rounds).
 /// A single lookup's [`hint`] keeps `_MM_HINT_T0`: with `_MM_HINT_T1` there, single
 /// decisions on that AMD guest were no faster (Zipf 1 M 48-54 against 42-48 ns, 10 M 86-104
 /// against 71-89 ns).

@@ -625,6 +625,8 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` (the usual default) or
     /// `always`, and while the kernel has huge pages to give; the resident memory of a
     /// growable table then rounds up to 2 MiB. Elsewhere than Linux it does nothing.
+    /// [`Stats::huge_pages`](crate::Stats::huge_pages) says whether the kernel took the
+    /// advice.
     ///
     /// Where it pays: a fixed table (no [`max_capacity`](Self::max_capacity)) of a hundred MiB
     /// or more, which is touched whole when it is built, so that the kernel finds its huge
@@ -645,6 +647,8 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     ///     .huge_pages(true)
     ///     .build()?;
     /// assert!(limiter.check(&7).is_allowed());
+    /// // Whether the kernel took the advice (on Linux, where it has transparent huge pages).
+    /// println!("huge pages: {}", limiter.stats().huge_pages);
     /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn huge_pages(mut self, on: bool) -> Self {

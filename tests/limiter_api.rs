@@ -449,3 +449,36 @@ fn stats_count_keys_and_each_kind_of_eviction() {
     );
     assert!(format!("{limiter:?}").contains("forced_evictions: 1"));
 }
+
+/// `Stats::huge_pages` says whether the kernel took the advice `Builder::huge_pages` asks it:
+/// never when it was not asked, and, on Linux, for a table of many pages, exactly when the
+/// kernel has transparent huge pages (its `sysfs` directory exists), for a fixed table and a
+/// growable one alike. The table works the same either way.
+#[test]
+fn stats_say_whether_the_kernel_took_the_huge_pages_advice() {
+    let build = |huge: bool, growable: bool| {
+        let builder = Limiter::<u64>::builder(ten_per_second())
+            .capacity(if growable { 1_024 } else { 200_000 })
+            .huge_pages(huge);
+        let builder = if growable {
+            builder.max_capacity(200_000)
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    let kernel_has_them = cfg!(target_os = "linux")
+        && std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+    for growable in [false, true] {
+        assert!(!build(false, growable).stats().huge_pages, "not asked for");
+        let limiter = build(true, growable);
+        assert_eq!(
+            limiter.stats().huge_pages,
+            kernel_has_them,
+            "a table of {} bytes (growable: {growable})",
+            limiter.memory_bytes()
+        );
+        assert!(limiter.check_at(&7, at(0)).is_allowed());
+        assert_eq!(limiter.len(), 1);
+    }
+}

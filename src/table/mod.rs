@@ -78,6 +78,9 @@ pub(crate) struct Table {
     /// What a new key does when its candidate buckets are full of funnels in debt (and the table
     /// cannot grow).
     when_full: WhenFull,
+    /// Whether the kernel took the advice to back the buckets with transparent huge pages
+    /// (`huge.rs`): false when it was not asked for.
+    huge_pages: bool,
 }
 
 /// How keys map to buckets.
@@ -104,7 +107,7 @@ impl Table {
         check_capacity(capacity)?;
         // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
         // is as large as asked for (to the next whole bucket), not the next power of two.
-        let buckets = allocate(capacity.div_ceil(SLOTS_PER_BUCKET), huge_pages)?;
+        let (buckets, huge_pages) = allocate(capacity.div_ceil(SLOTS_PER_BUCKET), huge_pages)?;
         // A fixed table is all in use: touch every bucket now, so that the operating system's
         // first-touch page faults (a microsecond or two each) happen at build time, not in the
         // first requests to reach each page.
@@ -119,6 +122,7 @@ impl Table {
             buckets,
             stats: Default::default(),
             when_full,
+            huge_pages,
         })
     }
 
@@ -142,7 +146,7 @@ impl Table {
         }
         let level = |keys: usize| keys.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().ilog2();
         let (min, max) = (level(initial), level(max));
-        let buckets = allocate(1 << max, huge_pages)?;
+        let (buckets, huge_pages) = allocate(1 << max, huge_pages)?;
         // The initial size is in use from the start: touch it now, as a fixed table's, so its
         // first-touch page faults happen here and not in requests (the rest is touched as the
         // table grows into it, by the creations that move keys there). The byte written is the
@@ -156,6 +160,7 @@ impl Table {
             shape: Shape::Grows(Growth::new(min, max)),
             stats: Default::default(),
             when_full,
+            huge_pages,
         })
     }
 
@@ -260,14 +265,14 @@ fn check_capacity(capacity: usize) -> Result<(), Error> {
     Ok(())
 }
 
-fn allocate(buckets: usize, huge_pages: bool) -> Result<Buckets, Error> {
+/// `buckets` zeroed buckets, advised onto transparent huge pages if `huge_pages`, and whether
+/// the kernel took that advice.
+fn allocate(buckets: usize, huge_pages: bool) -> Result<(Buckets, bool), Error> {
     let allocated = empty_buckets(buckets).ok_or(Error::OutOfMemory {
         bytes: buckets.saturating_mul(std::mem::size_of::<Bucket>()),
     })?;
     // Before anything touches the memory, so that its first-touch faults can take huge pages.
     // Advice only: a table the kernel keeps on small pages works the same.
-    if huge_pages {
-        huge::advise(&allocated);
-    }
-    Ok(allocated)
+    let advised = huge_pages && huge::advise(&allocated);
+    Ok((allocated, advised))
 }

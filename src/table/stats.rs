@@ -50,6 +50,12 @@ pub struct Stats {
     /// Keys whose funnel had recovered when the table grew: dropped instead of moved, as an
     /// absent key is the same as a recovered one.
     pub dropped_keys: u64,
+    /// Whether the kernel took the advice to back the table with transparent huge pages
+    /// ([`Builder::huge_pages`](crate::Builder::huge_pages)): false when they were not asked
+    /// for, elsewhere than Linux, for a table smaller than a page, or on a kernel without
+    /// them. Taken advice is not a promise: the kernel backs with huge pages what it can when
+    /// the memory is first touched, and `AnonHugePages` in `/proc/self/smaps` says how much.
+    pub huge_pages: bool,
 }
 
 /// Statistics, striped over cache lines so creators on different buckets do not share one.
@@ -133,6 +139,7 @@ impl Table {
             growths: self.growths(),
             moved_keys: sum(|s| &s.moved),
             dropped_keys: sum(|s| &s.dropped),
+            huge_pages: self.huge_pages,
         }
     }
 }

@@ -107,7 +107,7 @@ impl Table {
         check_capacity(capacity)?;
         // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
         // is as large as asked for (to the next whole bucket), not the next power of two.
-        let (buckets, huge_pages) = allocate(capacity.div_ceil(SLOTS_PER_BUCKET), huge_pages)?;
+        let (buckets, advised) = allocate(capacity.div_ceil(SLOTS_PER_BUCKET), huge_pages)?;
         // A fixed table is all in use: touch every bucket now, so that the operating system's
         // first-touch page faults (a microsecond or two each) happen at build time, not in the
         // first requests to reach each page.
@@ -122,7 +122,7 @@ impl Table {
             buckets,
             stats: Default::default(),
             when_full,
-            huge_pages,
+            huge_pages: advised,
         })
     }
 
@@ -146,7 +146,7 @@ impl Table {
         }
         let level = |keys: usize| keys.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().ilog2();
         let (min, max) = (level(initial), level(max));
-        let (buckets, huge_pages) = allocate(1 << max, huge_pages)?;
+        let (buckets, advised) = allocate(1 << max, huge_pages)?;
         // The initial size is in use from the start: touch it now, as a fixed table's, so its
         // first-touch page faults happen here and not in requests (the rest is touched as the
         // table grows into it, by the creations that move keys there). The byte written is the
@@ -160,7 +160,7 @@ impl Table {
             shape: Shape::Grows(Growth::new(min, max)),
             stats: Default::default(),
             when_full,
-            huge_pages,
+            huge_pages: advised,
         })
     }
 

@@ -16,8 +16,10 @@ pub struct Machine {
 
 /// The shell commands that give the same facts, printed in the report.
 pub const COMMANDS: &str =
-    "grep -m1 'model name' /proc/cpuinfo; nproc; grep MemTotal /proc/meminfo; \
-grep PRETTY_NAME /etc/os-release; uname -r; rustc -V; redis-server --version; cat /proc/loadavg";
+    "grep -m1 'model name' /proc/cpuinfo; grep -m1 'cpu family' /proc/cpuinfo; \
+grep -m1 '^model[[:space:]]' /proc/cpuinfo; cat /sys/devices/system/cpu/cpu0/cache/index3/size; nproc; \
+grep MemTotal /proc/meminfo; grep PRETTY_NAME /etc/os-release; uname -r; rustc -V; \
+redis-server --version; cat /proc/loadavg";
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
@@ -41,15 +43,42 @@ pub fn load_avg() -> String {
         .join(" ")
 }
 
+/// The value of the first line of `cpuinfo` whose field name is exactly `field`.
+fn cpuinfo_field(cpuinfo: &str, field: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        (name.trim() == field).then(|| value.trim().to_string())
+    })
+}
+
+/// The CPU's name, with its family and model numbers and its L3 size where the system gives
+/// them: guests of one cloud can share a name ("AMD EPYC") and differ in all of these, which
+/// change every rate of a run.
+fn cpu_description(cpuinfo: &str, l3: &str) -> String {
+    let name = cpuinfo_field(cpuinfo, "model name").unwrap_or_else(|| "unknown".into());
+    let mut details = Vec::new();
+    if let (Some(family), Some(model)) = (
+        cpuinfo_field(cpuinfo, "cpu family"),
+        cpuinfo_field(cpuinfo, "model"),
+    ) {
+        details.push(format!("family {family} model {model}"));
+    }
+    let l3 = l3.trim();
+    if !l3.is_empty() {
+        details.push(format!("L3 {l3}"));
+    }
+    if details.is_empty() {
+        name
+    } else {
+        format!("{name} ({})", details.join(", "))
+    }
+}
+
 pub fn detect() -> Machine {
-    let cpuinfo = read("/proc/cpuinfo");
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
+    let cpu = cpu_description(
+        &read("/proc/cpuinfo"),
+        &read("/sys/devices/system/cpu/cpu0/cache/index3/size"),
+    );
     let memory = read("/proc/meminfo")
         .lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -93,4 +122,25 @@ fn crate_versions() -> Vec<(String, String)> {
     out.sort();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_is_named_with_its_family_model_and_l3() {
+        let cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\
+                       model\t\t: 17\nmodel name\t: AMD EPYC\nstepping\t: 1\n";
+        assert_eq!(
+            cpu_description(cpuinfo, "32768K\n"),
+            "AMD EPYC (family 25 model 17, L3 32768K)"
+        );
+        assert_eq!(
+            cpu_description(cpuinfo, ""),
+            "AMD EPYC (family 25 model 17)"
+        );
+        assert_eq!(cpu_description("model name : X\n", ""), "X");
+        assert_eq!(cpu_description("", ""), "unknown");
+    }
 }

@@ -167,6 +167,16 @@ impl Table {
                         helped = from.is_some();
                         continue;
                     }
+                    if from.is_some() {
+                        // The migration we looked in has ended since, at the table's largest
+                        // size: look again in the settled table, where a cuckoo step may still
+                        // make room, before evicting or turning anyone away. Without this a
+                        // creator that saw the migration (and so skipped the step above) evicted
+                        // a key in debt that one step would have spared (loom model
+                        // `a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_keeps_every_debt`).
+                        // Once: no growth starts at the largest size.
+                        continue;
+                    }
                     match self.when_full {
                         WhenFull::Evict => least,
                         WhenFull::Deny => return self.turn_away(fp, expiry - now),

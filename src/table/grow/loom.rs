@@ -10,7 +10,10 @@
 //!   still holding the key's lock, a request for the key completes the move and is charged;
 //! * a key created while a growth starts is placed where the migration sees it (the barrier);
 //! * a move that finds its targets full waits without the key's lock and tries again, and
-//!   evicts only on its last try, while another thread frees a slot in the targets.
+//!   evicts only on its last try, while another thread frees a slot in the targets;
+//! * a creator in the middle of a migration whose candidates stay full once split makes room
+//!   by a cuckoo step, racing the split of another bucket whose key moves into the bucket the
+//!   step moves to: every key keeps its debt, and nobody is evicted.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -273,4 +276,85 @@ fn a_move_that_finds_no_room_waits_and_retries_before_it_evicts() {
         "no execution took the slot freed during the wait (a move that evicts on its first try)"
     );
     assert!(evicted > 0, "no execution reached the last try's eviction");
+}
+
+/// A creator in the middle of a migration whose two candidates stay full once its old ones are
+/// split (`create.rs`, the branch taken after `make_room` has helped) makes room with a cuckoo
+/// step, while this thread splits the old buckets too, one of whose keys moves into the very
+/// bucket the step moves to: the step and the split compete for its free slots (and the two
+/// splits for the same keys). Wherever loom interleaves them, and whether or not the migration
+/// has ended when the creator looks (then the step is an ordinary one), the new key is bound,
+/// every key keeps its debt, nobody is evicted, and the migration settles.
+#[test]
+fn a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_keeps_every_debt() {
+    // At two buckets every key's candidates are 0 and 1, and creations alternate between them:
+    // a tie goes to the key's first (0 for S, 1 for T), the next key to the emptier.
+    // S: candidates 0 and 2 at four buckets; in old bucket 0, they stay in 0.
+    const S: [u64; SLOTS_PER_BUCKET] = [
+        fp(0, 2, 0x11),
+        fp(0, 2, 0x12),
+        fp(0, 2, 0x13),
+        fp(0, 2, 0x14),
+    ];
+    // T: candidates 1 and 3; in old bucket 1, they stay in 1.
+    const T: [u64; SLOTS_PER_BUCKET - 1] = [fp(1, 3, 0x21), fp(1, 3, 0x22), fp(1, 3, 0x23)];
+    // Y: candidates 3 and 0; in old bucket 1, its split moves it to 3 (0 is full).
+    const Y: u64 = fp(3, 0, 0x30);
+    // X: candidates 2 and 3, created in the migration: on the tie it takes 2. The one key of
+    // the new key's candidates with room in its other bucket (3).
+    const X: u64 = fp(2, 3, 0x40);
+    // F: candidates 2 and 0, created in the migration: with X they fill bucket 2.
+    const F: [u64; SLOTS_PER_BUCKET - 1] = [fp(2, 0, 0x51), fp(2, 0, 0x52), fp(2, 0, 0x53)];
+    // The new key: candidates 0 and 2 at four buckets, both full of keys in debt.
+    const N: u64 = fp(0, 2, 0x60);
+    model(|| {
+        let table = growable();
+        // Limit 1,000 units, one every nanosecond: a funnel's arrival time at time 0 is its
+        // debt, and nothing recovers before time 100.
+        let q = quota(1000, 1);
+        let old = [S[0], T[0], S[1], T[1], S[2], T[2], S[3], Y];
+        for f in old {
+            assert!(matches!(table.create(f, 0, 100, &q), Created::Bound));
+        }
+        assert!(table.start_growth());
+        for f in [X].into_iter().chain(F) {
+            assert!(matches!(table.create(f, 0, 100, &q), Created::Bound));
+        }
+        let in_bucket = |f: u64, b: usize| {
+            table
+                .locate(f)
+                .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
+        };
+        assert!(S.iter().all(|&f| in_bucket(f, 0)), "setup: S in bucket 0");
+        assert!(
+            F.iter().chain([&X]).all(|&f| in_bucket(f, 2)),
+            "setup: X and F in bucket 2"
+        );
+        assert!(in_bucket(Y, 1), "setup: Y in bucket 1");
+        let creator = {
+            let table = table.clone();
+            thread::spawn(move || table.create(N, 5, 600, &q))
+        };
+        while table.help_migrate(5, &q) {}
+        assert!(
+            matches!(creator.join().unwrap(), Created::Bound),
+            "the new key was not bound"
+        );
+        finish(&table, 5);
+        assert_eq!(tat_of(&table, N), Some(600), "the new key's debt");
+        for f in old.into_iter().chain([X]).chain(F) {
+            assert_eq!(tat_of(&table, f), Some(100), "a key lost its debt: {f:#x}");
+        }
+        assert!(
+            in_bucket(Y, 3) && in_bucket(X, 3),
+            "Y and X end in bucket 3"
+        );
+        let stats = table.stats();
+        assert_eq!(
+            (stats.forced_evictions, stats.turned_away, stats.keys),
+            (0, 0, 13),
+            "{stats:?}"
+        );
+        table.check_invariants().unwrap();
+    });
 }

@@ -13,7 +13,11 @@
 //!   evicts only on its last try, while another thread frees a slot in the targets;
 //! * a creator in the middle of a migration whose candidates stay full once split makes room
 //!   by a cuckoo step, racing the split of another bucket whose key moves into the bucket the
-//!   step moves to: every key keeps its debt, and nobody is evicted.
+//!   step moves to: every key keeps its debt, and nobody is evicted;
+//! * the same creator when only two steps make room (a key onward, then one of its own
+//!   candidates' keys), while the old buckets are split, one into the very bucket the first
+//!   step moves to: the key is bound, and a key is evicted only where the migration had ended
+//!   first (a settled table at its largest size takes one step only): the least indebted.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -357,4 +361,100 @@ fn a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_kee
         );
         table.check_invariants().unwrap();
     });
+}
+
+/// The creator of the model above when no key of its candidates has room in its other bucket,
+/// but a key of one of those other buckets has room in its own: two cuckoo steps
+/// (`make_room_two_steps`), the onward key moving into old bucket 1 while this thread splits the
+/// old buckets. Where the creator looks in the open migration (after helping), the two steps
+/// make room and nobody is evicted; where this thread ends the migration first, the settled
+/// table at its largest size allows one step only, none helps, and the creator evicts the least
+/// indebted candidate, counted. Either way the new key is bound, every other key keeps its
+/// debt, and some executions take each way.
+#[test]
+fn a_creators_two_cuckoo_steps_in_a_migration_racing_its_splits_keep_every_debt() {
+    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    /// Executions that made room by two steps, and that evicted.
+    static STEPPED: AtomicUsize = AtomicUsize::new(0);
+    static EVICTED: AtomicUsize = AtomicUsize::new(0);
+    // Old level (every key's candidates 0 and 1, creations alternating): S fill bucket 0 and
+    // stay (candidates 0 and 2 at four buckets), T take three slots of bucket 1 and stay (1
+    // and 3), so bucket 1 keeps one free slot.
+    const S: [u64; SLOTS_PER_BUCKET] = [
+        fp(0, 2, 0x11),
+        fp(0, 2, 0x12),
+        fp(0, 2, 0x13),
+        fp(0, 2, 0x14),
+    ];
+    const T: [u64; SLOTS_PER_BUCKET - 1] = [fp(1, 3, 0x21), fp(1, 3, 0x22), fp(1, 3, 0x23)];
+    // Created in the migration: X (2 and 3, on the tie 2) and F (2 and 0) fill bucket 2; Z (3
+    // and 1: 3, the emptier) and W (3 and 2) fill bucket 3. Only Z has room in its other
+    // bucket (1): the onward step. F[0] is the least indebted candidate of the new key.
+    const X: u64 = fp(2, 3, 0x40);
+    const F: [u64; SLOTS_PER_BUCKET - 1] = [fp(2, 0, 0x51), fp(2, 0, 0x52), fp(2, 0, 0x53)];
+    const Z: u64 = fp(3, 1, 0x70);
+    const W: [u64; SLOTS_PER_BUCKET - 1] = [fp(3, 2, 0x81), fp(3, 2, 0x82), fp(3, 2, 0x83)];
+    const N: u64 = fp(0, 2, 0x60);
+    model(|| {
+        let table = growable();
+        let q = quota(1000, 1);
+        let tat = |f: u64| if f == F[0] { 90 } else { 100 };
+        let old = [S[0], T[0], S[1], T[1], S[2], T[2], S[3]];
+        let new = [X, F[0], F[1], F[2], Z, W[0], W[1], W[2]];
+        for f in old {
+            assert!(matches!(table.create(f, 0, tat(f), &q), Created::Bound));
+        }
+        assert!(table.start_growth());
+        for f in new {
+            assert!(matches!(table.create(f, 0, tat(f), &q), Created::Bound));
+        }
+        let in_bucket = |f: u64, b: usize| {
+            table
+                .locate(f)
+                .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
+        };
+        assert!(S.iter().all(|&f| in_bucket(f, 0)), "setup: S in bucket 0");
+        assert!(T.iter().all(|&f| in_bucket(f, 1)), "setup: T in bucket 1");
+        assert!(new[..4].iter().all(|&f| in_bucket(f, 2)), "setup: bucket 2");
+        assert!(new[4..].iter().all(|&f| in_bucket(f, 3)), "setup: bucket 3");
+        let creator = {
+            let table = table.clone();
+            thread::spawn(move || table.create(N, 5, 600, &q))
+        };
+        while table.help_migrate(5, &q) {}
+        assert!(
+            matches!(creator.join().unwrap(), Created::Bound),
+            "the new key was not bound"
+        );
+        finish(&table, 5);
+        assert_eq!(tat_of(&table, N), Some(600), "the new key's debt");
+        let stats = table.stats();
+        let evicted = match stats.forced_evictions {
+            0 => {
+                assert!(in_bucket(Z, 1) && in_bucket(X, 3), "the two steps");
+                STEPPED.fetch_add(1, StdOrdering::Relaxed);
+                None
+            }
+            1 => {
+                EVICTED.fetch_add(1, StdOrdering::Relaxed);
+                Some(F[0])
+            }
+            n => panic!("{n} forced evictions: {stats:?}"),
+        };
+        for f in old.into_iter().chain(new) {
+            let expected = (Some(f) != evicted).then(|| tat(f));
+            assert_eq!(tat_of(&table, f), expected, "key {f:#x}: {stats:?}");
+        }
+        table.check_invariants().unwrap();
+    });
+    // Relaxed: read after every execution has ended, on this thread.
+    let (stepped, evicted) = (
+        STEPPED.load(StdOrdering::Relaxed),
+        EVICTED.load(StdOrdering::Relaxed),
+    );
+    assert!(stepped > 0, "no execution made room by two steps");
+    assert!(
+        evicted > 0,
+        "no execution ended the migration before the creator looked"
+    );
 }

@@ -282,75 +282,96 @@ fn a_move_that_finds_no_room_waits_and_retries_before_it_evicts() {
     assert!(evicted > 0, "no execution reached the last try's eviction");
 }
 
+// Keys of the two models of a creator racing the splits. At two buckets every key's
+// candidates are 0 and 1, and creations alternate between them: a tie goes to the key's first
+// (0 for S, 1 for T), the next key to the emptier.
+
+/// Candidates 0 and 2 at four buckets: they fill old bucket 0 and stay in 0.
+const S: [u64; SLOTS_PER_BUCKET] = [
+    fp(0, 2, 0x11),
+    fp(0, 2, 0x12),
+    fp(0, 2, 0x13),
+    fp(0, 2, 0x14),
+];
+/// Candidates 1 and 3: in old bucket 1, they stay in 1.
+const T: [u64; SLOTS_PER_BUCKET - 1] = [fp(1, 3, 0x21), fp(1, 3, 0x22), fp(1, 3, 0x23)];
+/// Candidates 2 and 3, created in the migration: on the tie it takes 2.
+const X: u64 = fp(2, 3, 0x40);
+/// Candidates 2 and 0, created in the migration: with X they fill bucket 2.
+const F: [u64; SLOTS_PER_BUCKET - 1] = [fp(2, 0, 0x51), fp(2, 0, 0x52), fp(2, 0, 0x53)];
+/// The new key: candidates 0 and 2 at four buckets, both full of keys in debt.
+const N: u64 = fp(0, 2, 0x60);
+/// The old level's keys in creation order: S in bucket 0, T in bucket 1.
+const OLD: [u64; 2 * SLOTS_PER_BUCKET - 1] = [S[0], T[0], S[1], T[1], S[2], T[2], S[3]];
+
+/// Whether `table` holds `f` in bucket `b`.
+fn in_bucket(table: &Table, f: u64, b: usize) -> bool {
+    table
+        .locate(f)
+        .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
+}
+
+/// Creates `old` (arrival times from `tat`, at time 0), starts the growth, creates `new`, and
+/// checks where the shared keys are: S in bucket 0, T in 1, X and F in 2.
+fn crowd(table: &Table, old: &[u64], new: &[u64], tat: impl Fn(u64) -> u64) {
+    let q = quota(1000, 1);
+    for &f in old {
+        assert!(matches!(table.create(f, 0, tat(f), &q), Created::Bound));
+    }
+    assert!(table.start_growth());
+    for &f in new {
+        assert!(matches!(table.create(f, 0, tat(f), &q), Created::Bound));
+    }
+    assert!(S.iter().all(|&f| in_bucket(table, f, 0)), "setup: S");
+    assert!(T.iter().all(|&f| in_bucket(table, f, 1)), "setup: T");
+    assert!(
+        F.iter().chain([&X]).all(|&f| in_bucket(table, f, 2)),
+        "setup: X and F"
+    );
+}
+
+/// Creates N (arrival time 600 at time 5) on another thread while this one splits the old
+/// buckets to the migration's end; checks N was bound with its debt and the migration settled.
+fn create_racing_the_splits(table: &Arc<Table>) {
+    // Limit 1,000 units, one every nanosecond: a funnel's arrival time at time 0 is its debt,
+    // and nothing recovers before time 100.
+    let q = quota(1000, 1);
+    let creator = {
+        let table = table.clone();
+        thread::spawn(move || table.create(N, 5, 600, &q))
+    };
+    while table.help_migrate(5, &q) {}
+    assert!(
+        matches!(creator.join().unwrap(), Created::Bound),
+        "the new key was not bound"
+    );
+    finish(table, 5);
+    assert_eq!(tat_of(table, N), Some(600), "the new key's debt");
+}
+
 /// A creator in the middle of a migration whose two candidates stay full once its old ones are
 /// split (`create.rs`, the branch taken after `make_room` has helped) makes room with a cuckoo
-/// step, while this thread splits the old buckets too, one of whose keys moves into the very
-/// bucket the step moves to: the step and the split compete for its free slots (and the two
-/// splits for the same keys). Wherever loom interleaves them, and whether or not the migration
-/// has ended when the creator looks (then the step is an ordinary one), the new key is bound,
-/// every key keeps its debt, nobody is evicted, and the migration settles.
+/// step (X to 3), while this thread splits the old buckets too, one of whose keys (Y) moves
+/// into the very bucket the step moves to: the step and the split compete for its free slots
+/// (and the two splits for the same keys). Wherever loom interleaves them, and whether or not
+/// the migration has ended when the creator looks (then the step is an ordinary one), the new
+/// key is bound, every key keeps its debt, nobody is evicted, and the migration settles.
 #[test]
 fn a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_keeps_every_debt() {
-    // At two buckets every key's candidates are 0 and 1, and creations alternate between them:
-    // a tie goes to the key's first (0 for S, 1 for T), the next key to the emptier.
-    // S: candidates 0 and 2 at four buckets; in old bucket 0, they stay in 0.
-    const S: [u64; SLOTS_PER_BUCKET] = [
-        fp(0, 2, 0x11),
-        fp(0, 2, 0x12),
-        fp(0, 2, 0x13),
-        fp(0, 2, 0x14),
-    ];
-    // T: candidates 1 and 3; in old bucket 1, they stay in 1.
-    const T: [u64; SLOTS_PER_BUCKET - 1] = [fp(1, 3, 0x21), fp(1, 3, 0x22), fp(1, 3, 0x23)];
-    // Y: candidates 3 and 0; in old bucket 1, its split moves it to 3 (0 is full).
+    // Candidates 3 and 0: in old bucket 1 (created last), its split moves it to 3 (0 is full).
     const Y: u64 = fp(3, 0, 0x30);
-    // X: candidates 2 and 3, created in the migration: on the tie it takes 2. The one key of
-    // the new key's candidates with room in its other bucket (3).
-    const X: u64 = fp(2, 3, 0x40);
-    // F: candidates 2 and 0, created in the migration: with X they fill bucket 2.
-    const F: [u64; SLOTS_PER_BUCKET - 1] = [fp(2, 0, 0x51), fp(2, 0, 0x52), fp(2, 0, 0x53)];
-    // The new key: candidates 0 and 2 at four buckets, both full of keys in debt.
-    const N: u64 = fp(0, 2, 0x60);
     model(|| {
         let table = growable();
-        // Limit 1,000 units, one every nanosecond: a funnel's arrival time at time 0 is its
-        // debt, and nothing recovers before time 100.
-        let q = quota(1000, 1);
-        let old = [S[0], T[0], S[1], T[1], S[2], T[2], S[3], Y];
-        for f in old {
-            assert!(matches!(table.create(f, 0, 100, &q), Created::Bound));
-        }
-        assert!(table.start_growth());
-        for f in [X].into_iter().chain(F) {
-            assert!(matches!(table.create(f, 0, 100, &q), Created::Bound));
-        }
-        let in_bucket = |f: u64, b: usize| {
-            table
-                .locate(f)
-                .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
-        };
-        assert!(S.iter().all(|&f| in_bucket(f, 0)), "setup: S in bucket 0");
-        assert!(
-            F.iter().chain([&X]).all(|&f| in_bucket(f, 2)),
-            "setup: X and F in bucket 2"
-        );
-        assert!(in_bucket(Y, 1), "setup: Y in bucket 1");
-        let creator = {
-            let table = table.clone();
-            thread::spawn(move || table.create(N, 5, 600, &q))
-        };
-        while table.help_migrate(5, &q) {}
-        assert!(
-            matches!(creator.join().unwrap(), Created::Bound),
-            "the new key was not bound"
-        );
-        finish(&table, 5);
-        assert_eq!(tat_of(&table, N), Some(600), "the new key's debt");
-        for f in old.into_iter().chain([X]).chain(F) {
+        let old: Vec<u64> = OLD.into_iter().chain([Y]).collect();
+        let new: Vec<u64> = [X].into_iter().chain(F).collect();
+        crowd(&table, &old, &new, |_| 100);
+        assert!(in_bucket(&table, Y, 1), "setup: Y");
+        create_racing_the_splits(&table);
+        for &f in old.iter().chain(&new) {
             assert_eq!(tat_of(&table, f), Some(100), "a key lost its debt: {f:#x}");
         }
         assert!(
-            in_bucket(Y, 3) && in_bucket(X, 3),
+            in_bucket(&table, Y, 3) && in_bucket(&table, X, 3),
             "Y and X end in bucket 3"
         );
         let stats = table.stats();
@@ -365,73 +386,40 @@ fn a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_kee
 
 /// The creator of the model above when no key of its candidates has room in its other bucket,
 /// but a key of one of those other buckets has room in its own: two cuckoo steps
-/// (`make_room_two_steps`), the onward key moving into old bucket 1 while this thread splits the
-/// old buckets. Where the creator looks in the open migration (after helping), the two steps
-/// make room and nobody is evicted; where this thread ends the migration first, the settled
-/// table at its largest size allows one step only, none helps, and the creator evicts the least
-/// indebted candidate, counted. Either way the new key is bound, every other key keeps its
-/// debt, and some executions take each way.
+/// (`make_room_two_steps`), the onward key (Z) moving into old bucket 1 while this thread
+/// splits the old buckets. Where the creator looks in the open migration (after helping), the
+/// two steps make room and nobody is evicted; where this thread ends the migration first, the
+/// settled table at its largest size allows one step only, none helps, and the creator evicts
+/// the least indebted candidate, counted. Either way the new key is bound, every other key
+/// keeps its debt, and some executions take each way.
 #[test]
 fn a_creators_two_cuckoo_steps_in_a_migration_racing_its_splits_keep_every_debt() {
     use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
     /// Executions that made room by two steps, and that evicted.
     static STEPPED: AtomicUsize = AtomicUsize::new(0);
     static EVICTED: AtomicUsize = AtomicUsize::new(0);
-    // Old level (every key's candidates 0 and 1, creations alternating): S fill bucket 0 and
-    // stay (candidates 0 and 2 at four buckets), T take three slots of bucket 1 and stay (1
-    // and 3), so bucket 1 keeps one free slot.
-    const S: [u64; SLOTS_PER_BUCKET] = [
-        fp(0, 2, 0x11),
-        fp(0, 2, 0x12),
-        fp(0, 2, 0x13),
-        fp(0, 2, 0x14),
-    ];
-    const T: [u64; SLOTS_PER_BUCKET - 1] = [fp(1, 3, 0x21), fp(1, 3, 0x22), fp(1, 3, 0x23)];
-    // Created in the migration: X (2 and 3, on the tie 2) and F (2 and 0) fill bucket 2; Z (3
-    // and 1: 3, the emptier) and W (3 and 2) fill bucket 3. Only Z has room in its other
-    // bucket (1): the onward step. F[0] is the least indebted candidate of the new key.
-    const X: u64 = fp(2, 3, 0x40);
-    const F: [u64; SLOTS_PER_BUCKET - 1] = [fp(2, 0, 0x51), fp(2, 0, 0x52), fp(2, 0, 0x53)];
+    // Created in the migration after X and F: Z (3 and 1: 3, the emptier) and W (3 and 2) fill
+    // bucket 3. Only Z has room in its other bucket (1, where T left a slot): the onward step.
     const Z: u64 = fp(3, 1, 0x70);
     const W: [u64; SLOTS_PER_BUCKET - 1] = [fp(3, 2, 0x81), fp(3, 2, 0x82), fp(3, 2, 0x83)];
-    const N: u64 = fp(0, 2, 0x60);
     model(|| {
         let table = growable();
-        let q = quota(1000, 1);
+        // F[0] is the new key's least indebted candidate.
         let tat = |f: u64| if f == F[0] { 90 } else { 100 };
-        let old = [S[0], T[0], S[1], T[1], S[2], T[2], S[3]];
-        let new = [X, F[0], F[1], F[2], Z, W[0], W[1], W[2]];
-        for f in old {
-            assert!(matches!(table.create(f, 0, tat(f), &q), Created::Bound));
-        }
-        assert!(table.start_growth());
-        for f in new {
-            assert!(matches!(table.create(f, 0, tat(f), &q), Created::Bound));
-        }
-        let in_bucket = |f: u64, b: usize| {
-            table
-                .locate(f)
-                .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
-        };
-        assert!(S.iter().all(|&f| in_bucket(f, 0)), "setup: S in bucket 0");
-        assert!(T.iter().all(|&f| in_bucket(f, 1)), "setup: T in bucket 1");
-        assert!(new[..4].iter().all(|&f| in_bucket(f, 2)), "setup: bucket 2");
-        assert!(new[4..].iter().all(|&f| in_bucket(f, 3)), "setup: bucket 3");
-        let creator = {
-            let table = table.clone();
-            thread::spawn(move || table.create(N, 5, 600, &q))
-        };
-        while table.help_migrate(5, &q) {}
+        let new: Vec<u64> = [X].into_iter().chain(F).chain([Z]).chain(W).collect();
+        crowd(&table, &OLD, &new, tat);
         assert!(
-            matches!(creator.join().unwrap(), Created::Bound),
-            "the new key was not bound"
+            [Z].iter().chain(&W).all(|&f| in_bucket(&table, f, 3)),
+            "setup: Z and W"
         );
-        finish(&table, 5);
-        assert_eq!(tat_of(&table, N), Some(600), "the new key's debt");
+        create_racing_the_splits(&table);
         let stats = table.stats();
         let evicted = match stats.forced_evictions {
             0 => {
-                assert!(in_bucket(Z, 1) && in_bucket(X, 3), "the two steps");
+                assert!(
+                    in_bucket(&table, Z, 1) && in_bucket(&table, X, 3),
+                    "the two steps"
+                );
                 STEPPED.fetch_add(1, StdOrdering::Relaxed);
                 None
             }
@@ -441,7 +429,7 @@ fn a_creators_two_cuckoo_steps_in_a_migration_racing_its_splits_keep_every_debt(
             }
             n => panic!("{n} forced evictions: {stats:?}"),
         };
-        for f in old.into_iter().chain(new) {
+        for &f in OLD.iter().chain(&new) {
             let expected = (Some(f) != evicted).then(|| tat(f));
             assert_eq!(tat_of(&table, f), expected, "key {f:#x}: {stats:?}");
         }

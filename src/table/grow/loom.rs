@@ -17,7 +17,10 @@
 //! * the same creator when only two steps make room (a key onward, then one of its own
 //!   candidates' keys), while the old buckets are split, one into the very bucket the first
 //!   step moves to: the key is bound, and a key is evicted only where the migration had ended
-//!   first (a settled table at its largest size takes one step only): the least indebted.
+//!   first (a settled table at its largest size takes one step only): the least indebted;
+//! * a migration's move that makes room with a cuckoo step inside itself, moving a key of the
+//!   same creation lock, while another thread peeks that key: the peek reports the key's own
+//!   debt (the lock's move count stays odd through the nested step).
 
 use loom::sync::Arc;
 use loom::thread;
@@ -330,6 +333,17 @@ fn crowd(table: &Table, old: &[u64], new: &[u64], tat: impl Fn(u64) -> u64) {
     );
 }
 
+/// The crowd of the models with one more old key, `last`, created last at the old level (it
+/// takes bucket 1's free slot): every debt 100, X and F created in the migration. Returns the
+/// old keys and the new ones.
+fn crowd_with(table: &Table, last: u64) -> (Vec<u64>, Vec<u64>) {
+    let old: Vec<u64> = OLD.into_iter().chain([last]).collect();
+    let new: Vec<u64> = [X].into_iter().chain(F).collect();
+    crowd(table, &old, &new, |_| 100);
+    assert!(in_bucket(table, last, 1), "setup: {last:#x} in bucket 1");
+    (old, new)
+}
+
 /// Creates N (arrival time 600 at time 5) on another thread while this one splits the old
 /// buckets to the migration's end; checks N was bound with its debt and the migration settled.
 fn create_racing_the_splits(table: &Arc<Table>) {
@@ -362,10 +376,7 @@ fn a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_kee
     const Y: u64 = fp(3, 0, 0x30);
     model(|| {
         let table = growable();
-        let old: Vec<u64> = OLD.into_iter().chain([Y]).collect();
-        let new: Vec<u64> = [X].into_iter().chain(F).collect();
-        crowd(&table, &old, &new, |_| 100);
-        assert!(in_bucket(&table, Y, 1), "setup: Y");
+        let (old, new) = crowd_with(&table, Y);
         create_racing_the_splits(&table);
         for &f in old.iter().chain(&new) {
             assert_eq!(tat_of(&table, f), Some(100), "a key lost its debt: {f:#x}");
@@ -445,4 +456,52 @@ fn a_creators_two_cuckoo_steps_in_a_migration_racing_its_splits_keep_every_debt(
         evicted > 0,
         "no execution ended the migration before the creator looked"
     );
+}
+
+/// A migration's move that finds its key's targets full makes room with a cuckoo step inside
+/// itself (`pending_target`, `make_room_for`): here the key it moves on (X, from bucket 2 to 3)
+/// has the same creation lock as the key being moved (M: both have first bucket 2), so the step
+/// runs under the lock the move already holds, and its move is nested in M's (`Moving::begin`
+/// counts only the outer one). Meanwhile another thread peeks X. Wherever the peek falls, it
+/// reports X's own debt: a lookup that misses X while it moves sees the lock's count odd or
+/// changed and looks again under the lock. Every key keeps its debt and nobody is evicted.
+/// It fails when a report trusts its misses (the count ignored: "answered for a fresh
+/// funnel"). It does not pin the nested step's not counting again: counted as a move of its
+/// own, it passes too (151 k executions at bound 3, 1.5 M at bound 4); the unit test
+/// `a_move_inside_a_move_keeps_the_count_odd_until_the_outer_one_ends` (`moves.rs`) does.
+#[test]
+fn a_peek_racing_a_cuckoo_step_nested_in_a_migrations_move_reports_its_own_debt() {
+    // Candidates 2 and 0 at four buckets, created last at the old level: in old bucket 1 (the
+    // emptier), which is not one of them, so its split moves it, into 2 or 0, both full.
+    const M: u64 = fp(2, 0, 0x90);
+    model(|| {
+        let table = growable();
+        let (old, new) = crowd_with(&table, M);
+        assert!(
+            std::ptr::eq(table.stripe(M), table.stripe(X)),
+            "setup: M and X share a lock"
+        );
+        let peeker = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(X), 5, &quota(4, 10), 0))
+        };
+        while table.help_migrate(5, &quota(4, 10)) {}
+        let d = peeker.join().unwrap();
+        assert_eq!(
+            d.reset_after(),
+            std::time::Duration::from_nanos(95),
+            "the peek answered for a fresh funnel: {d:?}"
+        );
+        finish(&table, 5);
+        for &f in old.iter().chain(&new) {
+            assert_eq!(tat_of(&table, f), Some(100), "a key lost its debt: {f:#x}");
+        }
+        assert!(
+            in_bucket(&table, X, 3) && in_bucket(&table, M, 2),
+            "X stepped to 3, M moved into 2"
+        );
+        let stats = table.stats();
+        assert_eq!(stats.forced_evictions, 0, "{stats:?}");
+        table.check_invariants().unwrap();
+    });
 }

@@ -15,9 +15,10 @@
 //!   by a cuckoo step, racing the split of another bucket whose key moves into the bucket the
 //!   step moves to: every key keeps its debt, and nobody is evicted;
 //! * the same creator when only two steps make room (a key onward, then one of its own
-//!   candidates' keys), while the old buckets are split, one into the very bucket the first
-//!   step moves to: the key is bound, and a key is evicted only where the migration had ended
-//!   first (a settled table at its largest size takes one step only): the least indebted;
+//!   candidates' keys), while the old buckets are split, one of them the bucket the onward
+//!   step moves into: the key is bound, and a key is evicted only where the migration has
+//!   ended before the steps (a settled table at its largest size takes one step only): the
+//!   least indebted;
 //! * a migration's move that makes room with a cuckoo step inside itself, moving a key of the
 //!   same creation lock, while another thread peeks that key: the peek reports the key's own
 //!   debt (the lock's move count stays odd through the nested step).
@@ -398,11 +399,12 @@ fn a_creators_cuckoo_step_in_a_migration_racing_a_split_into_the_same_bucket_kee
 /// The creator of the model above when no key of its candidates has room in its other bucket,
 /// but a key of one of those other buckets has room in its own: two cuckoo steps
 /// (`make_room_two_steps`), the onward key (Z) moving into old bucket 1 while this thread
-/// splits the old buckets. Where the creator looks in the open migration (after helping), the
-/// two steps make room and nobody is evicted; where this thread ends the migration first, the
-/// settled table at its largest size allows one step only, none helps, and the creator evicts
-/// the least indebted candidate, counted. Either way the new key is bound, every other key
-/// keeps its debt, and some executions take each way.
+/// splits the old buckets. Where the two steps run they make room and nobody is evicted; where
+/// the migration has ended before them, the settled table at its largest size allows one step
+/// only, none helps, and the creator evicts the least indebted candidate, counted. Either way
+/// the new key is bound, every other key keeps its debt, and some executions take each way.
+/// (That a creator in the open migration, having helped, never fails its two steps here is
+/// not asserted: a review counted none in 3,488 executions that took them.)
 #[test]
 fn a_creators_two_cuckoo_steps_in_a_migration_racing_its_splits_keep_every_debt() {
     use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
@@ -454,7 +456,7 @@ fn a_creators_two_cuckoo_steps_in_a_migration_racing_its_splits_keep_every_debt(
     assert!(stepped > 0, "no execution made room by two steps");
     assert!(
         evicted > 0,
-        "no execution ended the migration before the creator looked"
+        "no execution evicted (the migration ended before the creator's steps)"
     );
 }
 

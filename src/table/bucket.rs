@@ -160,8 +160,8 @@ impl std::ops::Deref for Buckets {
         // * that memory was zero-filled by `alloc_zeroed`, and all-zero bytes are a valid
         //   `Bucket`: every field is an `AtomicU64` or `AtomicU32` (the representation of a
         //   `u64`, a `u32`) or an `AtomicBool` (of a `bool`, 0 = false), and `#[repr(C)]` leaves
-        //   only padding
-        //   besides, which needs no value (`a_zeroed_bucket_is_a_new_bucket` checks the fields);
+        //   only padding besides, which needs no value (`a_zeroed_bucket_is_a_new_bucket` checks
+        //   the fields);
         // * it is only ever reached through shared references (every write goes through the
         //   atomics), and it lives as long as `self`, which the returned slice borrows.
         #[allow(unsafe_code)]

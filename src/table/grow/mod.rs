@@ -446,6 +446,17 @@ mod tests {
         (table, keys)
     }
 
+    /// How many of `keys` `table` holds in bucket `b`.
+    fn held_in(table: &Table, keys: &[u64], b: usize) -> usize {
+        keys.iter()
+            .filter(|&&f| {
+                table
+                    .locate(f)
+                    .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
+            })
+            .count()
+    }
+
     /// Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
     fn unit_quota() -> crate::quota::Quota {
         crate::quota::Quota::new(999, 1, std::time::Duration::from_nanos(1)).unwrap()
@@ -503,15 +514,11 @@ mod tests {
         // 0; bucket 5's keys can go to 9.
         let (table, in_debt) = crowded_migration((9, 10), &[(5, 9), (0, 5), (1, 0)]);
         create_in_the_middle(&table, fp(0, 1, 0x70), &in_debt);
-        let in_nine = in_debt[..SLOTS_PER_BUCKET]
-            .iter()
-            .filter(|&&f| {
-                table
-                    .locate(f)
-                    .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[9]))
-            })
-            .count();
-        assert_eq!(in_nine, 1, "one key of bucket 5 should have moved on to 9");
+        assert_eq!(
+            held_in(&table, &in_debt[..SLOTS_PER_BUCKET], 9),
+            1,
+            "one key of bucket 5 should have moved on to 9"
+        );
         while table.help_migrate(20, &unit_quota()) {}
         table.check_invariants().unwrap();
     }
@@ -527,17 +534,10 @@ mod tests {
         use super::super::create::Created;
         // Keys of 0 or 1 fill 0 and 1 (their two candidates); buckets 5 and 6 recover.
         let (table, in_debt) = crowded_migration((5, 6), &[(0, 1), (1, 0)]);
-        let full = |b: usize| {
-            in_debt
-                .iter()
-                .filter(|&&f| {
-                    table
-                        .locate(f)
-                        .is_some_and(|found| std::ptr::eq(found.bucket, &table.buckets[b]))
-                })
-                .count()
-        };
-        assert_eq!((full(0), full(1)), (SLOTS_PER_BUCKET, SLOTS_PER_BUCKET));
+        assert_eq!(
+            (held_in(&table, &in_debt, 0), held_in(&table, &in_debt, 1)),
+            (SLOTS_PER_BUCKET, SLOTS_PER_BUCKET)
+        );
         let new = fp(0, 1, 0x70);
         assert!(table.homes(new).1.is_some(), "the migration is open");
         let created = table.create(new, 20, 600, &unit_quota());

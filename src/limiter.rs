@@ -264,7 +264,8 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
             self.table.prefetch(slot);
         }
         for i in 0..keys.len() {
-            let current = ahead[i % AHEAD];
+            // At the table's size now: it may have grown since this home was computed.
+            let current = self.table.rehome(&ahead[i % AHEAD]);
             if let Some(next) = keys.get(i + AHEAD) {
                 let next = home(next);
                 self.table.prefetch(&next);

@@ -213,6 +213,28 @@ impl Table {
         }
     }
 
+    /// `home` as [`home`](Self::home) would give it now: the same unless a growable table has
+    /// grown since `home` was computed, as it may between a batch's look-ahead and the key's
+    /// turn. An old home is safe to look up in (its buckets are the first half of the new
+    /// level's, and a lookup acts only on the key's own live slot), but it can find a key the
+    /// migration has not moved yet where a call at that moment would miss it and move the key
+    /// on (`nudge`); from then on the two tables would place new keys differently. So the batch
+    /// decides each key at the home of the moment, as single calls do.
+    #[inline(always)]
+    pub(crate) fn rehome(&self, home: &Home) -> Home {
+        match &self.shape {
+            Shape::Fixed { .. } => *home,
+            Shape::Grows(g) => {
+                let (first, second) = grow::candidates(home.fp, g.mask_in_use());
+                Home {
+                    first,
+                    second,
+                    ..*home
+                }
+            }
+        }
+    }
+
     /// The creation lock of the key `fp`: every creator of the key, and every move of it while
     /// the table grows, takes this one lock. In a fixed table it is the lock of the key's first
     /// bucket; in a growable one, one of the table's own array of locks (`Growth::stripe`),

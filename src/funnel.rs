@@ -78,7 +78,8 @@ impl<C: Clock> Funnel<C> {
         let now = now.as_nanos();
         // Relaxed throughout: the word publishes no other memory, and every decision is
         // linearised by the word's own modification order (the CAS fails if anyone wrote
-        // since our load).
+        // since our load). The window counters run the same loop through `window::update`,
+        // which says why this one is written out.
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let (decision, write) = gcra::decide(tat, now, &self.quota, n);

@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{decision, validate, WindowError};
+use super::{decision, update, validate, WindowError};
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::{Decision, Outcome};
 
@@ -256,19 +256,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// A request of `n` units at the caller's `now`.
     pub fn check_n_at(&self, n: u64, now: Timestamp) -> Decision {
         let now = now.as_nanos();
-        // Relaxed throughout: as `FixedWindow` (the word publishes no other memory).
-        let mut word = self.word.load(Ordering::Relaxed);
-        loop {
-            let (decision, write) = decide(word, now, &self.quota, n);
-            let Some(new) = write else { return decision };
-            match self
-                .word
-                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return decision,
-                Err(current) => word = current,
-            }
-        }
+        update(&self.word, |w| decide(w, now, &self.quota, n))
     }
 
     /// The counter's state now, charging nothing.
@@ -283,8 +271,8 @@ impl<C: Clock> SlidingWindow<C> {
 
     /// Empties the counter: the whole limit is available again.
     pub fn reset(&self) {
-        // Relaxed: as the decisions. A racing request either lands before (and is forgotten)
-        // or after (and is counted in the empty counter).
+        // Relaxed: as the decisions (`update`). A racing request either lands before (and is
+        // forgotten) or after (and is counted in the empty counter).
         self.word.store(0, Ordering::Relaxed);
     }
 

@@ -15,7 +15,8 @@
 //! Environment: `ICOUNT_ZIPF=<s>` draws the keys from a Zipf distribution with exponent `s`
 //! (`0 < s < 1`) instead of uniformly; `ICOUNT_CAPACITY=<slots>` sizes the table (default 1.5x
 //! the keys); `ICOUNT_CHUNK=<keys>` sets the `batch` mode's keys per call (default 32);
-//! `ICOUNT_HUGE=1` puts the table on transparent huge pages (`Builder::huge_pages`).
+//! `ICOUNT_HUGE=1` puts the table on transparent huge pages, `ICOUNT_HUGE=0` keeps it off them
+//! (`Builder::huge_pages`; unset, the builder's default: on for a table of 8 MiB or more).
 //!
 //! The collected total divided by `max(keys, 2^20) * rounds` (the stream length times the
 //! rounds) is the cost of one decision (caller-supplied time, so no clock read is counted).
@@ -33,7 +34,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use funnel::{Funnel, Limiter, Quota, Timestamp};
+use funnel::{Builder, Clock, Funnel, Limiter, Meter, Quota, Timestamp};
 
 /// Decides `rounds` passes over `order`, a pseudo-random stream of key indices fixed in advance
 /// (as a proxy sees them).
@@ -81,6 +82,20 @@ fn random_order(n: usize, zipf: Option<f64>) -> Vec<u32> {
         .collect()
 }
 
+/// `Builder::huge_pages(on)` when `huge` says, the builder's default otherwise.
+trait HugePagesIf {
+    fn huge_pages_if(self, huge: Option<bool>) -> Self;
+}
+
+impl<K: ?Sized, C: Clock, Q: Meter> HugePagesIf for Builder<K, C, Q> {
+    fn huge_pages_if(self, huge: Option<bool>) -> Self {
+        match huge {
+            Some(on) => self.huge_pages(on),
+            None => self,
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
@@ -103,8 +118,9 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(n * 3 / 2);
-    // ICOUNT_HUGE=1: the table on transparent huge pages (`Builder::huge_pages`).
-    let huge = std::env::var_os("ICOUNT_HUGE").is_some();
+    // ICOUNT_HUGE=1 / 0: the table on transparent huge pages or not (`Builder::huge_pages`);
+    // unset, the builder's default.
+    let huge = std::env::var("ICOUNT_HUGE").ok().map(|v| v != "0");
     // Keys drawn uniformly unless ICOUNT_ZIPF gives a Zipf exponent (0 < s < 1; the harness's
     // `zipf-1M` is `ICOUNT_ZIPF=0.99` with 1,000,000 keys).
     let zipf = std::env::var("ICOUNT_ZIPF")
@@ -116,7 +132,7 @@ fn main() {
             let skeys: Vec<String> = keys.iter().map(|k| format!("user:{k}")).collect();
             let l = Limiter::<str>::builder(quota)
                 .capacity(capacity)
-                .huge_pages(huge)
+                .huge_pages_if(huge)
                 .build()
                 .unwrap();
             for k in &skeys {
@@ -130,7 +146,7 @@ fn main() {
             // u64 keys through `check_batch_at`, ICOUNT_CHUNK keys a call (default 32).
             let l = Limiter::<u64>::builder(quota)
                 .capacity(capacity)
-                .huge_pages(huge)
+                .huge_pages_if(huge)
                 .build()
                 .unwrap();
             for k in &keys {
@@ -159,7 +175,7 @@ fn main() {
             for round in 0..rounds as u64 {
                 let l = Limiter::<u64>::builder(quota)
                     .capacity(capacity)
-                    .huge_pages(huge)
+                    .huge_pages_if(huge)
                     .build()
                     .unwrap();
                 // New keys every round: `keys` shifted by the round (a bijection of i).
@@ -182,7 +198,7 @@ fn main() {
         _ => {
             let l = Limiter::<u64>::builder(quota)
                 .capacity(capacity)
-                .huge_pages(huge)
+                .huge_pages_if(huge)
                 .build()
                 .unwrap();
             for k in &keys {

@@ -498,7 +498,8 @@ pub struct Builder<K: ?Sized, C = DefaultClock, Q = Quota> {
     clock: C,
     seed: Option<u64>,
     when_full: WhenFull,
-    huge_pages: bool,
+    /// `None`: the default (huge pages for a fixed table of 8 MiB or more).
+    huge_pages: Option<bool>,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -525,7 +526,7 @@ impl<K: ?Sized, Q> Builder<K, DefaultClock, Q> {
             clock: DefaultClock::new(),
             seed: None,
             when_full: WhenFull::default(),
-            huge_pages: false,
+            huge_pages: None,
             _key: PhantomData,
         }
     }
@@ -615,47 +616,54 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
         self
     }
 
-    /// Asks Linux to back the table with transparent huge pages (`madvise(MADV_HUGEPAGE)`
-    /// before the table is first touched; off by default). For tables of many MiB, which
-    /// spend part of each lookup on TLB misses: at 10 M `u64` keys (229 MB) on an Intel Xeon
-    /// guest, single decisions ran 7-14% faster and `check_batch` 10-32% faster; on an AMD
-    /// EPYC guest of earlier runs huge pages gained 4-6% (BENCHMARKS.md, "Twelfth round"), and
-    /// on an AMD EPYC guest of family 25, model 17 nothing measurable (10 M keys, single
-    /// decisions 68-75 against 66-87 ns, batches of 32 keys 610-656 against 599-697 ns; two
-    /// rounds alternating, `ICOUNT_HUGE=<0|1> ICOUNT_CAPACITY=12500005
-    /// target/release/examples/icount 10000000 2 <allow|deny> <u64|batch>`). A table that fits
-    /// the caches gains nothing. It takes effect where
+    /// Whether to ask Linux to back the table with transparent huge pages
+    /// (`madvise(MADV_HUGEPAGE)` before the table is first touched). By default a fixed table
+    /// (no [`max_capacity`](Self::max_capacity)) of 8 MiB or more asks (about 460,000 slots
+    /// and up), a smaller one or a growable one does not; `huge_pages(true)` asks for any
+    /// table, `huge_pages(false)` for none. [`Stats::huge_pages`](crate::Stats::huge_pages)
+    /// says whether the kernel took the advice. It takes effect where
     /// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` (the usual default) or
-    /// `always`, and while the kernel has huge pages to give; the resident memory of a
-    /// growable table then rounds up to 2 MiB. Elsewhere than Linux it does nothing.
-    /// [`Stats::huge_pages`](crate::Stats::huge_pages) says whether the kernel took the
-    /// advice.
+    /// `always`, and while the kernel has huge pages to give; elsewhere than Linux it does
+    /// nothing.
     ///
-    /// Where it pays: a fixed table (no [`max_capacity`](Self::max_capacity)) of a hundred MiB
-    /// or more, which is touched whole when it is built, so that the kernel finds its huge
-    /// pages then. A growable table first touches its pages as it grows, in the requests that
-    /// move keys, and a request may then wait for the kernel to find and zero a 2 MiB page:
+    /// Why: a table larger than what the CPU's TLB covers with 4 KiB pages (a few MiB) takes a
+    /// page walk on most lookups of keys spread over it. On an Intel Xeon guest huge pages took
+    /// about 5% off single decisions on a table of 11.5 MB and about 10% on tables of 23 MB to
+    /// 229 MB (1 M to 10 M keys), and 10-32% off `check_batch` at 10 M keys; on AMD EPYC
+    /// guests 4-6% (an earlier model) or nothing measurable (family 25, model 17)
+    /// (BENCHMARKS.md, "Twelfth round", "Fourteenth round" and "Seventeenth round"). A fixed
+    /// table is touched whole when it is built, so the kernel finds its huge pages then, and
+    /// its resident memory is the same either way.
+    ///
+    /// A growable table touches its pages as it grows, in the requests that move keys, and
+    /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page:
     /// growing from 1,024 slots to 10 M keys on the Intel guest, the slowest request took
     /// 15-21 ms with huge pages against 0.27-0.38 ms without, though the 99.9th percentile
-    /// fell from 17.6-18.8 to 8.9-10.2 µs (three runs each, `examples/growth_latency.rs`).
-    /// At 1 M and 3 M uniform keys (23 and 68 MB) this machine showed no gain.
+    /// fell from 17.6-18.8 to 8.9-10.2 µs (three runs each, `examples/growth_latency.rs`); its
+    /// resident memory also rounds up to 2 MiB. Hence off by default there; ask for it where
+    /// lookups matter more than the slowest request while the table grows.
     ///
     /// # Examples
     ///
     /// ```
     /// use funnel::{Limiter, Quota};
     ///
-    /// let limiter = Limiter::<u64>::builder(Quota::per_second(10)?)
-    ///     .capacity(1_000_000) // 18 MB: nine huge pages
+    /// let quota = Quota::per_second(10)?;
+    /// // A fixed table of 18 MB: huge pages by default.
+    /// let fixed = Limiter::<u64>::builder(quota).capacity(1_000_000).build()?;
+    /// // A growable one: only when asked.
+    /// let growable = Limiter::<u64>::builder(quota)
+    ///     .capacity(1_000)
+    ///     .max_capacity(1_000_000)
     ///     .huge_pages(true)
     ///     .build()?;
-    /// assert!(limiter.check(&7).is_allowed());
+    /// assert!(fixed.check(&7).is_allowed() && growable.check(&7).is_allowed());
     /// // Whether the kernel took the advice (on Linux, where it has transparent huge pages).
-    /// println!("huge pages: {}", limiter.stats().huge_pages);
+    /// println!("huge pages: {} {}", fixed.stats().huge_pages, growable.stats().huge_pages);
     /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn huge_pages(mut self, on: bool) -> Self {
-        self.huge_pages = on;
+        self.huge_pages = Some(on);
         self
     }
 
@@ -681,11 +689,13 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
                     self.when_full,
                     self.huge_pages,
                 )?,
+                // A growable table only when asked: it touches its pages in the requests that
+                // grow it, where a huge page's fault can take milliseconds (`huge_pages`).
                 Some(max) => Table::growable(
                     self.capacity.unwrap_or(DEFAULT_GROWABLE_START.min(max)),
                     max,
                     self.when_full,
-                    self.huge_pages,
+                    self.huge_pages.unwrap_or(false),
                 )?,
             },
             quota: self.quota,

@@ -450,6 +450,35 @@ fn stats_count_keys_and_each_kind_of_eviction() {
     assert!(format!("{limiter:?}").contains("forced_evictions: 1"));
 }
 
+/// Without `Builder::huge_pages`, a fixed table asks for huge pages from 8 MiB (65,536
+/// buckets of 128 bytes, 458,752 slots) and a growable one never does, whatever its size.
+#[test]
+fn by_default_a_fixed_table_of_8_mib_or_more_asks_for_huge_pages_and_a_growable_one_does_not() {
+    let kernel_has_them = cfg!(target_os = "linux")
+        && std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+    let fixed = |slots: usize| {
+        Limiter::<u64>::builder(ten_per_second())
+            .capacity(slots)
+            .build()
+            .unwrap()
+    };
+    let below = fixed(458_752 - 7);
+    assert_eq!(below.capacity() / 7 * 128, (8 << 20) - 128);
+    assert!(!below.stats().huge_pages, "a table under 8 MiB was advised");
+    let from = fixed(458_752);
+    assert_eq!(from.capacity() / 7 * 128, 8 << 20);
+    assert_eq!(from.stats().huge_pages, kernel_has_them, "a table of 8 MiB");
+    let growable = Limiter::<u64>::builder(ten_per_second())
+        .capacity(1_000_000)
+        .max_capacity(2_000_000)
+        .build()
+        .unwrap();
+    assert!(!growable.stats().huge_pages, "a growable table was advised");
+    for limiter in [&below, &from, &growable] {
+        assert!(limiter.check_at(&7, at(0)).is_allowed());
+    }
+}
+
 /// `Stats::huge_pages` says whether the kernel took the advice `Builder::huge_pages` asks it:
 /// never when it was not asked, and, on Linux, for a table of many pages, exactly when the
 /// kernel has transparent huge pages (its `sysfs` directory exists), for a fixed table and a

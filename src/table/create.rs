@@ -432,7 +432,8 @@ mod tests {
     /// Bucket 0 full of recovered keys (7 free slots), bucket 1 full of keys in debt but for
     /// one slot never bound (1 free slot).
     fn recovered_beside_one_empty() -> Table {
-        let table = Table::with_capacity(2 * SLOTS_PER_BUCKET, WhenFull::default(), false).unwrap();
+        let table =
+            Table::with_capacity(2 * SLOTS_PER_BUCKET, WhenFull::default(), Some(false)).unwrap();
         assert_eq!(table.buckets.len(), 2);
         for i in 0..SLOTS_PER_BUCKET {
             bind_at(&table, 0, i, 10);
@@ -471,7 +472,8 @@ mod tests {
 
     #[test]
     fn a_key_in_the_middle_of_a_move_that_is_the_least_indebted_is_waited_for_not_skipped() {
-        let table = Table::with_capacity(2 * SLOTS_PER_BUCKET, WhenFull::default(), false).unwrap();
+        let table =
+            Table::with_capacity(2 * SLOTS_PER_BUCKET, WhenFull::default(), Some(false)).unwrap();
         for b in 0..2 {
             for i in 0..SLOTS_PER_BUCKET {
                 bind_at(&table, b, i, 1_000);

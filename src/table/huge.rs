@@ -1,5 +1,6 @@
 //! Transparent huge pages for a table's buckets, when its builder asks for them
-//! ([`Builder::huge_pages`](crate::Builder::huge_pages)): one `madvise(MADV_HUGEPAGE)` over the
+//! ([`Builder::huge_pages`](crate::Builder::huge_pages); by default a fixed table of
+//! [`AUTOMATIC_FROM`] bytes or more does): one `madvise(MADV_HUGEPAGE)` over the
 //! buckets' memory before the table first touches it, so that Linux backs it with 2 MiB pages
 //! where it can. A table of many MiB then takes one TLB entry per 2 MiB instead of per 4 KiB, and
 //! a lookup's page walk mostly disappears. Measured with `examples/icount.rs` at 10 M `u64` keys
@@ -13,6 +14,16 @@
 //! nothing.
 
 use super::bucket::Bucket;
+
+/// The size from which a fixed table asks for huge pages when its builder does not say
+/// (`Builder::huge_pages`): 8 MiB (about 460,000 slots), about what a CPU's second-level TLB
+/// covers with 4 KiB pages (1,536 to 3,072 entries on recent x86_64 cores), so that a table
+/// past it takes a page walk on most lookups of keys spread over it. On the Intel Xeon guest
+/// of BENCHMARKS.md ("Seventeenth round") huge pages took about 5% off single decisions on a
+/// table of 11.5 MB and about 10% from 23 MB to 229 MB. A fixed table is touched whole when it
+/// is built, so its resident memory does not change, and the kernel's work to find the pages
+/// happens then, not in requests.
+pub(crate) const AUTOMATIC_FROM: usize = 8 << 20;
 
 /// Asks the kernel to back `buckets` with transparent huge pages. True when the advice was
 /// taken (the kernel may still fall back to small pages when it has no huge page free, or when

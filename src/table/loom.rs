@@ -89,7 +89,8 @@ pub(super) fn quota(limit: u64, t: u64) -> Quota {
 
 /// A table of one bucket or two (buckets hold 4 slots under loom).
 fn table(buckets: usize) -> Arc<Table> {
-    let table = Table::with_capacity(SLOTS_PER_BUCKET * buckets, WhenFull::Evict, false).unwrap();
+    let table =
+        Table::with_capacity(SLOTS_PER_BUCKET * buckets, WhenFull::Evict, Some(false)).unwrap();
     assert_eq!(table.capacity(), SLOTS_PER_BUCKET * buckets);
     Arc::new(table)
 }

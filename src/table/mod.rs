@@ -98,16 +98,21 @@ enum Shape {
 impl Table {
     /// A fixed table with room for at least `capacity` keys (rounded up to a whole bucket),
     /// whose new keys follow `when_full` once their candidate buckets are full, on transparent
-    /// huge pages if `huge_pages` (`huge.rs`).
+    /// huge pages if `huge_pages` says so, or, when it is `None`, if the table takes
+    /// [`huge::AUTOMATIC_FROM`] bytes or more (`huge.rs`).
     pub(crate) fn with_capacity(
         capacity: usize,
         when_full: WhenFull,
-        huge_pages: bool,
+        huge_pages: Option<bool>,
     ) -> Result<Table, Error> {
         check_capacity(capacity)?;
         // Any number of buckets: `home` maps hashes with a multiply, not a mask, so the table
         // is as large as asked for (to the next whole bucket), not the next power of two.
-        let (buckets, advised) = allocate(capacity.div_ceil(SLOTS_PER_BUCKET), huge_pages)?;
+        let len = capacity.div_ceil(SLOTS_PER_BUCKET);
+        let huge_pages = huge_pages.unwrap_or_else(|| {
+            len.saturating_mul(std::mem::size_of::<Bucket>()) >= huge::AUTOMATIC_FROM
+        });
+        let (buckets, advised) = allocate(len, huge_pages)?;
         // A fixed table is all in use: touch every bucket now, so that the operating system's
         // first-touch page faults (a microsecond or two each) happen at build time, not in the
         // first requests to reach each page.

@@ -51,8 +51,8 @@ pub struct Stats {
     /// absent key is the same as a recovered one.
     pub dropped_keys: u64,
     /// Whether the kernel took the advice to back the table with transparent huge pages
-    /// ([`Builder::huge_pages`](crate::Builder::huge_pages)): false when they were not asked
-    /// for, elsewhere than Linux, for a table smaller than a page, or on a kernel without
+    /// ([`Builder::huge_pages`](crate::Builder::huge_pages), by default asked for a fixed table
+    /// of 8 MiB or more): false when they were not asked for, elsewhere than Linux, for a table smaller than a page, or on a kernel without
     /// them. Taken advice is not a promise: the kernel backs with huge pages what it can when
     /// the memory is first touched, and `AnonHugePages` in `/proc/self/smaps` says how much.
     pub huge_pages: bool,

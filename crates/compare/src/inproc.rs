@@ -325,6 +325,7 @@ impl<K: Key, L: Limit<K>, F: Fn() -> Result<L, String>> Contender<K> for Built<L
             held,
             forced: s.forced_evictions,
             recovered: s.recovered_evictions,
+            huge_pages: s.huge_pages,
         })
     }
 

@@ -58,6 +58,9 @@ pub struct TableState {
     pub held: usize,
     pub forced: u64,
     pub recovered: u64,
+    /// Whether the kernel took the advice to back the table with huge pages (`Stats::huge_pages`:
+    /// by default a fixed table of 8 MiB or more asks).
+    pub huge_pages: bool,
 }
 
 impl Row {

@@ -444,8 +444,11 @@ pub fn funnel_table_table(ctx: &Ctx) -> Table {
             "held after runs",
             "forced evictions",
             "recovered slots reused",
+            "huge pages",
         ],
-        &[false, false, false, true, true, true, true, true, true],
+        &[
+            false, false, false, true, true, true, true, true, true, false,
+        ],
     );
     let first_threads = ctx.opts.threads.first().copied().unwrap_or(1);
     for r in ctx.rows.iter().filter(|r| {
@@ -470,6 +473,7 @@ pub fn funnel_table_table(ctx: &Ctx) -> Table {
             fmt_int(end.held as u64),
             fmt_int(end.forced),
             fmt_int(end.recovered),
+            if end.huge_pages { "yes" } else { "no" }.into(),
         ]);
     }
     t

@@ -7,8 +7,8 @@
 //! (`ICOUNT_HUGE=1`, BENCHMARKS.md, "Twelfth round"): on an Intel Xeon guest single decisions
 //! took 53.6-54.2 against 62.4-62.6 ns denied and 65.9-69.6 against 74.6-76.2 ns allowed, and
 //! a batch 41-47 against 46-62 ns a key; on the AMD EPYC guest of the earlier figures huge
-//! pages gained 4-6%, and on one of family 25, model 17 nothing measurable (BENCHMARKS.md,
-//! "Fourteenth round"). Whether the kernel took the advice is in `Stats::huge_pages`.
+//! pages gained 4-6% (BENCHMARKS.md, "Seventeenth round", has smaller tables, and why a later
+//! AMD figure was withdrawn). Whether the kernel took the advice is in `Stats::huge_pages`.
 //!
 //! The one `unsafe` block below is an FFI call to `madvise`. Elsewhere than Linux it does
 //! nothing.

@@ -633,7 +633,9 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// guest 4-6% at 10 M keys (BENCHMARKS.md, "Twelfth round" and "Seventeenth round", which
     /// also says why an AMD figure of "nothing measurable" was withdrawn). A fixed
     /// table is touched whole when it is built, so the kernel finds its huge pages then, and
-    /// its resident memory is the same either way.
+    /// its resident memory is the same either way (where memory is fragmented, building it may
+    /// take longer while the kernel compacts memory for them, as its
+    /// `/sys/kernel/mm/transparent_hugepage/defrag` setting allows).
     ///
     /// A growable table touches its pages as it grows, in the requests that move keys, and
     /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page:

@@ -628,7 +628,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     ///
     /// Why: a table larger than what the CPU's TLB covers with 4 KiB pages (a few MiB) takes a
     /// page walk on most lookups of keys spread over it. On an Intel Xeon guest huge pages took
-    /// about 5% off single decisions on a table of 11.5 MB and about 10% on tables of 23 MB to
+    /// about 5% off single decisions on a table of 11.4 MB and about 10% on tables of 23 MB to
     /// 229 MB (1 M to 10 M keys), and 10-32% off `check_batch` at 10 M keys; on an AMD EPYC
     /// guest 4-6% at 10 M keys (BENCHMARKS.md, "Twelfth round" and "Seventeenth round", which
     /// also says why an AMD figure of "nothing measurable" was withdrawn). A fixed

@@ -20,7 +20,7 @@ use super::bucket::Bucket;
 /// covers with 4 KiB pages (1,536 to 3,072 entries on recent x86_64 cores), so that a table
 /// past it takes a page walk on most lookups of keys spread over it. On the Intel Xeon guest
 /// of BENCHMARKS.md ("Seventeenth round") huge pages took about 5% off single decisions on a
-/// table of 11.5 MB and about 10% from 23 MB to 229 MB. A fixed table is touched whole when it
+/// table of 11.4 MB and about 10% from 23 MB to 229 MB. A fixed table is touched whole when it
 /// is built, so its resident memory does not change, and the kernel's work to find the pages
 /// happens then, not in requests.
 pub(crate) const AUTOMATIC_FROM: usize = 8 << 20;

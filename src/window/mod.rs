@@ -78,7 +78,7 @@ impl std::error::Error for WindowError {}
 /// The single-key counters' update: decides with `step` on `word`'s value and, when the step
 /// asks for a write, stores the new value if `word` still holds the one decided on; otherwise
 /// decides again on the value found. `step(value)` returns the decision and the value to store
-/// (`None`: nothing to write, as for a denial or a peek, which then cost one load). The same
+/// (`None`: nothing to write, as for a denial or a peek, which then costs one load). The same
 /// loop as [`Funnel`](crate::Funnel)'s, which keeps its own: through this function its denial
 /// compiled to a loop one instruction longer, 1.03 against 0.94-0.98 ns with the caller's time
 /// (`cargo bench --bench funnel -- 'deny/caller-time/funnel'`, two runs of each build).

@@ -633,9 +633,14 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// guest 4-6% at 10 M keys (BENCHMARKS.md, "Twelfth round" and "Seventeenth round", which
     /// also says why an AMD figure of "nothing measurable" was withdrawn). A fixed
     /// table is touched whole when it is built, so the kernel finds its huge pages then, and
-    /// its resident memory is the same either way (where memory is fragmented, building it may
-    /// take longer while the kernel compacts memory for them, as its
-    /// `/sys/kernel/mm/transparent_hugepage/defrag` setting allows).
+    /// its resident memory is the same either way. The build may take longer while the kernel
+    /// makes huge pages by compacting memory (its `/sys/kernel/mm/transparent_hugepage/defrag`
+    /// setting): on the Intel guest a table of 229 MB took 257-517 ms to build the first time in
+    /// a process and 30-36 ms after, against 82-93 ms on small pages
+    /// (`examples/build_time.rs`). A table under 32 MiB may get memory the allocator has used
+    /// before (glibc's dynamic mmap threshold), already on small pages: the kernel then moves it
+    /// to huge pages only in the background, if at all, and `Stats::huge_pages` says only that
+    /// the advice was taken.
     ///
     /// A growable table touches its pages as it grows, in the requests that move keys, and
     /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page:

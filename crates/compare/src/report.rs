@@ -59,7 +59,7 @@ pub struct TableState {
     pub forced: u64,
     pub recovered: u64,
     /// Whether the kernel took the advice to back the table with huge pages (`Stats::huge_pages`:
-    /// by default a fixed table of 8 MiB or more asks).
+    /// by default a fixed table of 8 MiB or more asks; advice taken, not pages in use).
     pub huge_pages: bool,
 }
 

@@ -6,6 +6,7 @@
 //! ```sh
 //! cargo run --release --example floors -- cas     # one CAS per step, 1,000 words in cache
 //! cargo run --release --example floors -- loads   # random loads over 512 MB, then a chase
+//! cargo run --release --example floors -- clock   # one clock read per step
 //! ```
 //!
 //! Each line prints nanoseconds per step of a loop that does only that (wall time: it means
@@ -143,12 +144,37 @@ fn loads() {
     println!("the loads rows need x86_64 (rdtsc, lfence)");
 }
 
+/// One clock read per step: the bare `rdtsc` instruction, funnel's default clock (that
+/// instruction scaled to nanoseconds with quanta's calibration, `QuantaClock`), and the
+/// standard library's `Instant::now` (a vDSO call), for what a decision that reads the time
+/// pays before anything else.
+fn clock() {
+    #[cfg(target_arch = "x86_64")]
+    time("rdtsc alone", STEPS, |_| {
+        // SAFETY: `_rdtsc` is `unsafe` only as an intrinsic; the instruction takes no operands,
+        // touches no memory and exists on every x86_64 CPU.
+        #[allow(unsafe_code)]
+        unsafe {
+            core::arch::x86_64::_rdtsc()
+        }
+    });
+    let quanta = funnel::clock::QuantaClock::new();
+    time("funnel's default clock (QuantaClock::now)", STEPS, |_| {
+        funnel::Clock::now(&quanta).as_nanos()
+    });
+    let origin = Instant::now();
+    time("std Instant::now", STEPS / 4, |_| {
+        origin.elapsed().as_nanos() as u64
+    });
+}
+
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("cas") => cas(),
         Some("loads") => loads(),
+        Some("clock") => clock(),
         _ => {
-            eprintln!("usage: floors cas | loads");
+            eprintln!("usage: floors cas | loads | clock");
             std::process::exit(2);
         }
     }

@@ -92,7 +92,7 @@ fn cas() {
 fn loads() {
     #[cfg(target_arch = "x86_64")]
     {
-        use core::arch::x86_64::{_mm_lfence, _rdtsc};
+        use core::arch::x86_64::_mm_lfence;
         let words = (512usize << 20) / 8;
         let data: Vec<u64> = (0..words as u64).collect();
         let order = random_indices(1 << 24, words);
@@ -103,13 +103,7 @@ fn loads() {
         time(
             "independent random loads, 512 MB, rdtsc in each step",
             steps,
-            |i| {
-                // SAFETY: `_rdtsc` is `unsafe` only as an intrinsic; the instruction takes no
-                // operands, touches no memory and exists on every x86_64 CPU.
-                #[allow(unsafe_code)]
-                let t = unsafe { _rdtsc() };
-                data[order[i] as usize].wrapping_add(t)
-            },
+            |i| data[order[i] as usize].wrapping_add(tsc()),
         );
         time(
             "independent random loads, 512 MB, lfence in each step",
@@ -150,22 +144,29 @@ fn loads() {
 /// pays before anything else.
 fn clock() {
     #[cfg(target_arch = "x86_64")]
-    time("rdtsc alone", STEPS, |_| {
-        // SAFETY: `_rdtsc` is `unsafe` only as an intrinsic; the instruction takes no operands,
-        // touches no memory and exists on every x86_64 CPU.
-        #[allow(unsafe_code)]
-        unsafe {
-            core::arch::x86_64::_rdtsc()
-        }
-    });
+    time("rdtsc alone", STEPS, |_| tsc());
     let quanta = funnel::clock::QuantaClock::new();
     time("funnel's default clock (QuantaClock::now)", STEPS, |_| {
         funnel::Clock::now(&quanta).as_nanos()
     });
     let origin = Instant::now();
-    time("std Instant::now", STEPS / 4, |_| {
-        origin.elapsed().as_nanos() as u64
-    });
+    time(
+        "std Instant::now (as time elapsed since a start)",
+        STEPS / 4,
+        |_| origin.elapsed().as_nanos() as u64,
+    );
+}
+
+/// The bare `rdtsc` instruction, inlined into the timed loop.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tsc() -> u64 {
+    // SAFETY: `_rdtsc` is `unsafe` only as an intrinsic; the instruction takes no operands,
+    // touches no memory and exists on every x86_64 CPU.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
 }
 
 fn main() {

@@ -10,7 +10,7 @@
 //! Run: `cargo bench --bench policies` (smoke: `-- --test`).
 
 use criterion::{black_box, Criterion, Throughput};
-use funnel::{check_all, Limiter, LiveLimiter, NearLimit};
+use funnel::{check_all, Limiter, LiveLimiter};
 
 use funnel_testkit::workload;
 

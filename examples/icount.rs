@@ -105,9 +105,9 @@ fn main() {
     // Allow: bursts of 2^30 at 1/s, every decision allowed and written. Deny: 1 per hour,
     // limit 1, every decision after the first per key denied.
     let quota = if deny {
-        Quota::new(0, 1, Duration::from_secs(3600)).unwrap()
+        Quota::per_hour(1).unwrap()
     } else {
-        Quota::new((1 << 30) - 1, 1, Duration::from_secs(1)).unwrap()
+        Quota::per_second(1).unwrap().with_limit(1 << 30).unwrap()
     };
     let now = Timestamp::from_nanos(1_000_000_000).unwrap();
     let keys: Vec<u64> = (0..n as u64)

@@ -34,7 +34,8 @@ pub enum Outcome {
 /// use funnel::{clock::ManualClock, Funnel, Quota};
 ///
 /// let clock = ManualClock::new();
-/// let funnel = Funnel::with_clock(Quota::new(15, 30, Duration::from_secs(60))?, clock.clone());
+/// // 30 per minute, bursts of up to 16 (CL.THROTTLE's `15 30 60`).
+/// let funnel = Funnel::with_clock(Quota::per_minute(30)?.with_limit(16)?, clock.clone());
 /// let d = funnel.check();
 /// assert!(d.is_allowed());
 /// assert_eq!((d.limit(), d.remaining()), (16, 15));

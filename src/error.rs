@@ -1,18 +1,16 @@
-//! [`Error`]: every way a funnel quota, a time or a limiter configuration can be wrong, each
-//! variant saying what was wrong and what the bounds are. The window counters' quotas, whose
-//! bounds come from their packed words, have their own error type, [`WindowError`], which
-//! converts into [`Error::Window`].
+//! [`Error`]: every way a quota (funnel or window), a time, a limiter configuration or a
+//! reservation's settlement can be wrong, each variant saying what was wrong and what the
+//! bounds are. It depends on nothing else in the crate.
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::window::WindowError;
-
-/// What went wrong when building a [`Quota`](crate::Quota), a
-/// [`Timestamp`](crate::Timestamp) or a [`Limiter`](crate::Limiter). A window quota
+/// What went wrong when building a [`Quota`](crate::Quota), a window quota
 /// ([`FixedWindowQuota`](crate::window::FixedWindowQuota),
-/// [`SlidingWindowQuota`](crate::window::SlidingWindowQuota)) reports a [`WindowError`]
-/// instead, which converts into [`Error::Window`], so `?` takes both in one function.
+/// [`SlidingWindowQuota`](crate::window::SlidingWindowQuota)), a
+/// [`Timestamp`](crate::Timestamp) or a [`Limiter`](crate::Limiter), or when settling a
+/// [`Reservation`](crate::Reservation) on a key or a limiter it was not made for. One type for
+/// all of them, so one `?` serves every constructor.
 ///
 /// Decisions themselves never fail: a cost that can never pass is an ordinary
 /// [`Decision`](crate::Decision) whose [`cost_exceeds_limit`](crate::Decision::cost_exceeds_limit)
@@ -24,17 +22,17 @@ use crate::window::WindowError;
 /// use std::time::Duration;
 /// use funnel::{Error, Quota};
 ///
-/// let err = Quota::new(15, 0, Duration::from_secs(60)).unwrap_err();
+/// let err = Quota::per_period(0, Duration::from_secs(60)).unwrap_err();
 /// assert_eq!(err, Error::ZeroCount);
 /// assert!(err.to_string().contains("count"));
 ///
-/// // A window quota's error converts, so one `?` serves both kinds of quota.
-/// use funnel::window::{FixedWindowQuota, WindowError};
+/// // Window quotas report the same type, so one `?` serves both kinds of quota.
+/// use funnel::window::FixedWindowQuota;
 /// fn quotas(per_minute: u64) -> Result<(Quota, FixedWindowQuota), Error> {
-///     Ok((Quota::per_second(10)?, FixedWindowQuota::new(per_minute, Duration::from_secs(60))?))
+///     Ok((Quota::per_second(10)?, FixedWindowQuota::per_minute(per_minute)?))
 /// }
 /// assert!(quotas(600).is_ok());
-/// assert_eq!(quotas(0).unwrap_err(), Error::Window(WindowError::ZeroLimit));
+/// assert_eq!(quotas(0).unwrap_err(), Error::ZeroLimit);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -55,7 +53,8 @@ pub enum Error {
         /// The max_burst asked for.
         max_burst: u64,
     },
-    /// The limit (burst capacity) was zero; the smallest limit is 1 (`max_burst` 0).
+    /// The limit (a funnel's burst capacity, or a window's units per window) was zero; the
+    /// smallest limit is 1 (`max_burst` 0).
     ZeroLimit,
     /// The tolerance `emission interval * limit` (how far ahead of now a funnel may be filled)
     /// exceeds the largest representable span.
@@ -102,8 +101,36 @@ pub enum Error {
         /// Bytes the table needed.
         bytes: usize,
     },
-    /// A window quota was invalid (converted from [`WindowError`] by `?`).
-    Window(WindowError),
+    /// A window quota's limit does not fit its packed word's count field (22 bits for a fixed
+    /// window, 15 for a sliding one).
+    WindowLimitTooLarge {
+        /// The limit asked for.
+        limit: u64,
+        /// The largest limit accepted.
+        max: u64,
+    },
+    /// A window is shorter than its packed word's window index allows over the clock's range
+    /// (4 ms for a fixed window, 1 s for a sliding one).
+    WindowTooShort {
+        /// The window asked for.
+        window: Duration,
+        /// The shortest window accepted.
+        min: Duration,
+    },
+    /// A window quota's `window * limit` exceeds 2^62 ns (the decision's arithmetic bound).
+    WindowTooLong {
+        /// The window asked for.
+        window: Duration,
+        /// The limit asked for.
+        limit: u64,
+    },
+    /// A [`Reservation`](crate::Reservation) was settled on a key or a limiter it was not made
+    /// for. Nothing was changed; settle it on the key and limiter that made it.
+    ReservationMismatch {
+        /// True when the reservation came from another limiter; false when it came from this
+        /// limiter for another key.
+        another_limiter: bool,
+    },
 }
 
 impl fmt::Display for Error {
@@ -124,6 +151,25 @@ impl fmt::Display for Error {
                 )
             }
             Error::ZeroLimit => f.write_str("limit must be at least 1 (max_burst 0)"),
+            Error::WindowLimitTooLarge { limit, max } => {
+                write!(f, "a window's limit of {limit} exceeds the largest, {max}")
+            }
+            Error::WindowTooShort { window, min } => write!(
+                f,
+                "a window of {window:?} is shorter than the shortest, {min:?}"
+            ),
+            Error::WindowTooLong { window, limit } => write!(
+                f,
+                "a window of {window:?} times a limit of {limit} exceeds 2^62 ns"
+            ),
+            Error::ReservationMismatch { another_limiter } => {
+                let whose = if *another_limiter {
+                    "was made by another limiter"
+                } else {
+                    "is for another key"
+                };
+                write!(f, "the reservation {whose}; nothing was settled")
+            }
             Error::ToleranceTooLarge {
                 tolerance_nanos,
                 max_nanos,
@@ -161,17 +207,8 @@ impl fmt::Display for Error {
                     "could not allocate {bytes} bytes for the limiter's table"
                 )
             }
-            Error::Window(e) => write!(f, "window quota: {e}"),
         }
     }
 }
 
-/// No `source`: `Error::Window`'s message already includes its window error's, and error
-/// reports that print the chain would show it twice; match the variant to get at it.
 impl std::error::Error for Error {}
-
-impl From<WindowError> for Error {
-    fn from(e: WindowError) -> Error {
-        Error::Window(e)
-    }
-}

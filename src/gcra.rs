@@ -60,7 +60,7 @@ impl Quota {
     /// use std::time::Duration;
     /// use funnel::{Quota, Timestamp};
     ///
-    /// let quota = Quota::new(1, 1, Duration::from_secs(1))?; // limit 2, 1 per second
+    /// let quota = Quota::per_second(1)?.with_limit(2)?; // 1 per second, 2 at once
     /// let now = Timestamp::from_nanos(10_000_000_000)?;
     /// let (d, tat) = quota.decide_at(Timestamp::ZERO, now, 1);
     /// assert!(d.is_allowed());
@@ -94,7 +94,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn q(b: u64, c: u64, p: u64) -> Quota {
-        Quota::new(b, c, Duration::from_secs(p)).unwrap()
+        Quota::from_cl_throttle_period(b, c, Duration::from_secs(p)).unwrap()
     }
 
     #[test]
@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn the_extremes_of_time_and_tolerance_do_not_overflow() {
         use crate::state::{MAX_TAT, MAX_TIME_NANOS, MAX_TOLERANCE_NANOS};
-        let quota = Quota::new(0, 1, Duration::from_nanos(MAX_TOLERANCE_NANOS)).unwrap();
+        let quota = Quota::per_period(1, Duration::from_nanos(MAX_TOLERANCE_NANOS)).unwrap();
         let (d, w) = decide(0, MAX_TIME_NANOS, &quota, 1);
         assert!(d.is_allowed());
         assert_eq!(w, Some(MAX_TIME_NANOS + MAX_TOLERANCE_NANOS));

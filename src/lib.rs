@@ -26,8 +26,8 @@
 //! use std::time::Duration;
 //! use funnel::{Limiter, Quota};
 //!
-//! // CL.THROTTLE <key> 15 30 60: 30 per minute, bursts of up to 16, per key.
-//! let limiter = Limiter::<str>::new(Quota::new(15, 30, Duration::from_secs(60))?);
+//! // 30 per minute per key, bursts of up to 16.
+//! let limiter = Limiter::<str>::new(Quota::per_minute(30)?.with_limit(16)?);
 //!
 //! let d = limiter.check("user:42:login");
 //! if d.is_allowed() {
@@ -35,6 +35,9 @@
 //! } else {
 //!     // 429 with Retry-After: d.retry_after()
 //! }
+//! assert_eq!((d.limit(), d.remaining(), d.reset_after()), (16, 15, Duration::from_secs(2)));
+//! // The same answer as CL.THROTTLE <key> 15 30 60 (whose limit is max_burst + 1).
+//! assert_eq!(Quota::from_cl_throttle(15, 30, 60)?, *limiter.quota());
 //! assert_eq!(d.to_cl_throttle(), [0, 16, 15, -1, 2]);
 //! # Ok::<(), funnel::Error>(())
 //! ```
@@ -67,15 +70,17 @@ pub mod replay;
 mod state;
 mod sync;
 mod table;
+mod with_quota;
 
 pub use clock::{Clock, Timestamp};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use funnel::Funnel;
-pub use limiter::{Builder, Limiter, DEFAULT_CAPACITY};
+pub use limiter::{Builder, FixedWindowLimiter, Limiter, SlidingWindowLimiter, DEFAULT_CAPACITY};
 pub use meter::Meter;
 pub use quota::Quota;
 pub use table::{Stats, WhenFull, MAX_CAPACITY};
+pub use with_quota::WithQuota;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
@@ -85,15 +90,12 @@ struct ReadmeDoctests;
 // Policies beyond one limit per request (docs/DESIGN.md, from "Several limits, all or
 // nothing" on): several limits all or nothing, settle-later costs, the near-limit signal, live
 // reconfiguration, and the window algorithms.
-mod config;
 mod live;
 mod multi;
 mod near;
 mod settle;
 pub mod window;
 
-pub use config::{ConfigReader, LiveConfig};
 pub use live::{LiveLimiter, LiveQuota};
 pub use multi::{check_all, Charge, Cost, MultiDecision};
-pub use near::NearLimit;
 pub use settle::{Reservation, Settled};

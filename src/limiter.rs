@@ -13,6 +13,7 @@ use crate::meter::Meter;
 use crate::quota::Quota;
 use crate::table::{Home, Stats, Table, Updated, WhenFull};
 use crate::window::{FixedWindowQuota, SlidingWindowQuota};
+use crate::with_quota::WithQuota;
 
 /// The capacity of [`Limiter::new`]: 65,536 keys (65,541 slots, a 1.2 MB table).
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
@@ -35,11 +36,10 @@ const DEFAULT_GROWABLE_START: usize = 1 << 10;
 /// # Examples
 ///
 /// ```
-/// use std::time::Duration;
 /// use funnel::{Limiter, Quota};
 ///
-/// // 30 requests per minute per client, bursts of up to 16 (CL.THROTTLE k 15 30 60).
-/// let limiter = Limiter::<str>::new(Quota::new(15, 30, Duration::from_secs(60))?);
+/// // 30 requests per minute per client, bursts of up to 16.
+/// let limiter = Limiter::<str>::new(Quota::per_minute(30)?.with_limit(16)?);
 /// let d = limiter.check("203.0.113.7");
 /// assert!(d.is_allowed());
 /// assert_eq!(d.remaining(), 15);
@@ -63,6 +63,8 @@ const DEFAULT_GROWABLE_START: usize = 1 << 10;
 /// ```
 pub struct Limiter<K: ?Sized, C = DefaultClock, Q = Quota> {
     table: Table,
+    /// This limiter's identity among the limiters of the process, recorded by reservations.
+    id: u64,
     quota: Q,
     when_full: WhenFull,
     hasher: KeyHash,
@@ -70,26 +72,56 @@ pub struct Limiter<K: ?Sized, C = DefaultClock, Q = Quota> {
     _key: PhantomData<fn(&K)>,
 }
 
+/// A keyed fixed window counter: [`Limiter`] with a
+/// [`FixedWindowQuota`] in each slot (`funnel::window` has its rules and ranges).
+///
+/// # Examples
+///
+/// ```
+/// use funnel::{window::FixedWindowQuota, FixedWindowLimiter, Limiter};
+///
+/// let per_minute: FixedWindowLimiter<str> =
+///     Limiter::<str>::fixed_window(FixedWindowQuota::per_minute(100)?).build()?;
+/// assert_eq!(per_minute.check("alice").remaining(), 99);
+/// # Ok::<(), funnel::Error>(())
+/// ```
+pub type FixedWindowLimiter<K, C = DefaultClock> = Limiter<K, C, FixedWindowQuota>;
+
+/// A keyed sliding window counter: [`Limiter`] with a [`SlidingWindowQuota`] in each slot
+/// (`funnel::window` has its rules and ranges).
+pub type SlidingWindowLimiter<K, C = DefaultClock> = Limiter<K, C, SlidingWindowQuota>;
+
 impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
-    /// A limiter for up to [`DEFAULT_CAPACITY`] keys on the default clock, evicting the least
-    /// indebted funnel when full.
+    /// A funnel limiter for up to [`DEFAULT_CAPACITY`] keys on the default clock, evicting the
+    /// least indebted funnel when full.
     pub fn new(quota: Quota) -> Self {
         Builder::new(quota)
             .build()
             .expect("the default capacity is valid and small") // 1.2 MB; only OOM could fail
     }
 
-    /// A builder, to set the capacity, clock, hasher seed or [`WhenFull`] policy.
-    pub fn builder(quota: Quota) -> Builder<K, DefaultClock> {
+    /// A builder, to set the capacity, clock, hasher seed or [`WhenFull`] policy. The quota's
+    /// type chooses the algorithm: a [`Quota`] builds a funnel limiter, a [`FixedWindowQuota`]
+    /// a fixed window counter, a [`SlidingWindowQuota`] a sliding window counter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{window::FixedWindowQuota, Limiter, Quota};
+    ///
+    /// let funnels = Limiter::<str>::builder(Quota::per_second(10)?).capacity(1_000).build()?;
+    /// let windows = Limiter::<str>::builder(FixedWindowQuota::per_minute(100)?).build()?;
+    /// assert_eq!(funnels.check("k").remaining(), 9);
+    /// assert_eq!(windows.check("k").remaining(), 99);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn builder<M: Meter>(quota: M) -> Builder<K, DefaultClock, M> {
         Builder::new(quota)
     }
-}
 
-/// Keyed window counters: the same table, the same [`Decision`], a fixed or a sliding window
-/// counter in each slot instead of a funnel (`funnel::window` has their rules and ranges).
-impl<K: Hash + ?Sized> Limiter<K, DefaultClock, FixedWindowQuota> {
     /// A builder of a keyed fixed window counter: at most `quota.limit()` units per key in
-    /// every window `[k W, (k + 1) W)`.
+    /// every window `[k W, (k + 1) W)`. The same as [`builder`](Self::builder) with a
+    /// [`FixedWindowQuota`].
     ///
     /// # Examples
     ///
@@ -98,7 +130,7 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock, FixedWindowQuota> {
     /// use funnel::{clock::ManualClock, window::FixedWindowQuota, Limiter};
     ///
     /// let clock = ManualClock::new();
-    /// let per_minute = Limiter::<str, _, _>::fixed_window(FixedWindowQuota::new(2, Duration::from_secs(60))?)
+    /// let per_minute = Limiter::<str>::fixed_window(FixedWindowQuota::per_minute(2)?)
     ///     .clock(clock.clone())
     ///     .build()?;
     /// assert!(per_minute.check("alice").is_allowed());
@@ -107,16 +139,15 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock, FixedWindowQuota> {
     /// assert!(!d.is_allowed());
     /// assert_eq!(d.retry_after(), Some(Duration::from_secs(60))); // the next window
     /// assert!(per_minute.check("bob").is_allowed());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn fixed_window(quota: FixedWindowQuota) -> Builder<K, DefaultClock, FixedWindowQuota> {
         Builder::new(quota)
     }
-}
 
-impl<K: Hash + ?Sized> Limiter<K, DefaultClock, SlidingWindowQuota> {
     /// A builder of a keyed sliding window counter: at most about `quota.limit()` units per
-    /// key in any window-long span (the previous window's count weighted by its overlap).
+    /// key in any window-long span (the previous window's count weighted by its overlap). The
+    /// same as [`builder`](Self::builder) with a [`SlidingWindowQuota`].
     ///
     /// # Examples
     ///
@@ -125,14 +156,14 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock, SlidingWindowQuota> {
     /// use funnel::{clock::ManualClock, window::SlidingWindowQuota, Limiter};
     ///
     /// let clock = ManualClock::new();
-    /// let q = SlidingWindowQuota::new(4, Duration::from_secs(10))?;
-    /// let limiter = Limiter::<u64, _, _>::sliding_window(q).clock(clock.clone()).build()?;
+    /// let q = SlidingWindowQuota::per_period(4, Duration::from_secs(10))?;
+    /// let limiter = Limiter::<u64>::sliding_window(q).clock(clock.clone()).build()?;
     /// assert!((0..4).all(|_| limiter.check(&7).is_allowed()));
     /// // 2.5 s into the next window, the previous window's 4 weigh 4 * 7.5 / 10 = 3.
     /// clock.advance(Duration::from_millis(12_500));
     /// assert!(limiter.check(&7).is_allowed());
     /// assert!(!limiter.check(&7).is_allowed());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn sliding_window(
         quota: SlidingWindowQuota,
@@ -174,7 +205,7 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// with the single indexing; 1,000 keys a little faster too; denials within the VM's
     /// spread (`examples/icount.rs`, `u64clock` mode; docs/DESIGN.md, "Reading the time").
     #[inline(always)]
-    fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
+    pub(crate) fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
         let probe = self.table.start_loading(&home);
         let now = self.clock.now();
@@ -185,7 +216,13 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// decisions and the batch (the decisions that read the clock go through
     /// [`decide_now`](Self::decide_now)).
     #[inline(always)]
-    fn decide_at<M: Meter>(&self, key: &K, quota: &M, n: u64, now: Timestamp) -> Decision {
+    pub(crate) fn decide_at<M: Meter>(
+        &self,
+        key: &K,
+        quota: &M,
+        n: u64,
+        now: Timestamp,
+    ) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
         self.table.decide(&home, now.as_nanos(), quota, n)
     }
@@ -276,7 +313,30 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
         }
     }
 
-    /// `key`'s state now, charging nothing and creating nothing.
+    /// `key`'s state now, charging nothing and creating nothing: the answer of a request of
+    /// no units ([`check_n`](Self::check_n) with `n = 0`).
+    ///
+    /// A funnel key in debt beyond its tolerance (charged past its limit by
+    /// [`settle`](Self::settle), or kept as time through a quota change) answers a peek
+    /// **limited**, with a retry one emission interval shorter than a unit request's: the time
+    /// until the debt is back within the tolerance, where a unit request also needs room for
+    /// its own unit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use funnel::{clock::ManualClock, Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::builder(Quota::per_second(10)?).clock(ManualClock::new()).build()?;
+    /// let r = limiter.reserve("k", 1);
+    /// limiter.settle("k", r, 15)?; // 15 units of a limit of 10: 5 beyond the tolerance
+    /// let peek = limiter.peek("k");
+    /// assert!(!peek.is_allowed());
+    /// assert_eq!(peek.retry_after(), Some(Duration::from_millis(500)));
+    /// assert_eq!(limiter.check("k").retry_after(), Some(Duration::from_millis(600)));
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
     #[inline]
     pub fn peek(&self, key: &K) -> Decision {
         self.check_n(key, 0)
@@ -305,18 +365,28 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
 /// raising a key to a known arrival time. A window counter's state is not an arrival time, so
 /// these are the funnel's only.
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
-    /// A request of `n` units for `key` under `quota` instead of the limiter's own, now: as
-    /// CL.THROTTLE takes its parameters on every call. The funnel's state is only its arrival
-    /// time, so quotas may change between calls without losing the key's debt.
+    /// A view of this limiter deciding under `quota` instead of its own, with the same
+    /// methods ([`check`](WithQuota::check), [`peek`](WithQuota::peek),
+    /// [`refund`](WithQuota::refund), [`reserve`](WithQuota::reserve),
+    /// [`cost`](WithQuota::cost), ...): a per-call quota, as CL.THROTTLE takes its parameters
+    /// on every call, or a per-key override. The funnel's state is only its arrival time, so
+    /// quotas may change between calls without losing the key's debt.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::new(Quota::per_second(10)?);
+    /// let premium = Quota::per_second(10)?.with_limit(100)?;
+    /// let quota_for = |key: &str| if key.starts_with("vip:") { premium } else { *limiter.quota() };
+    /// assert_eq!(limiter.with_quota(quota_for("vip:ada")).check("vip:ada").remaining(), 99);
+    /// assert_eq!(limiter.with_quota(quota_for("bob")).check("bob").remaining(), 9);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
     #[inline(always)]
-    pub fn throttle(&self, key: &K, quota: &Quota, n: u64) -> Decision {
-        self.decide_now(key, quota, n)
-    }
-
-    /// [`throttle`](Self::throttle) at the caller's `now`.
-    #[inline(always)]
-    pub fn throttle_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> Decision {
-        self.decide_at(key, quota, n, now)
+    pub fn with_quota(&self, quota: Quota) -> WithQuota<'_, K, C> {
+        WithQuota::new(self, quota)
     }
 
     /// The general read-modify-write of `key`'s arrival time at `now`: see `Table::update`.
@@ -330,6 +400,11 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     ) -> Updated {
         let home = self.table.home(self.hasher.hash(key));
         self.table.update(&home, now.as_nanos(), &self.quota, f)
+    }
+
+    /// The fingerprint of `key` a reservation records.
+    pub(crate) fn fingerprint(&self, key: &K) -> u64 {
+        self.hasher.hash(key)
     }
 
     /// `key`'s arrival time, `0` when it is untracked: a report (see `Table::arrival_time`).
@@ -360,11 +435,17 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn refund(&self, key: &K, n: u64) -> bool {
-        self.refund_at(key, &self.quota, n, self.clock.now())
+        self.refund_under(key, &self.quota, n, self.clock.now())
     }
 
-    /// [`refund`](Self::refund) of units charged under `quota`, at the caller's `now`.
-    pub fn refund_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> bool {
+    /// [`refund`](Self::refund) at the caller's `now`. Units charged under another quota go
+    /// back through [`with_quota`](Self::with_quota)`(quota).refund_at(..)`.
+    pub fn refund_at(&self, key: &K, n: u64, now: Timestamp) -> bool {
+        self.refund_under(key, &self.quota, n, now)
+    }
+
+    /// A refund of `n` units of `quota`, at `now`.
+    pub(crate) fn refund_under(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> bool {
         let back = n.saturating_mul(quota.t);
         let at = now.as_nanos();
         let updated = self.update_at(key, now, |tat| {
@@ -447,9 +528,15 @@ impl<K: ?Sized, C, Q> Limiter<K, C, Q> {
         &self.clock
     }
 
+    /// This limiter's identity, recorded by its reservations.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Checks internal invariants (no key bound twice, counters consistent); call only while
-    /// no other thread uses the limiter. For tests and fuzzing.
-    #[doc(hidden)]
+    /// no other thread uses the limiter. For tests and fuzzing: only with the cargo feature
+    /// `invariants`.
+    #[cfg(feature = "invariants")]
     pub fn check_invariants(&self) -> Result<(), String> {
         self.table.check_invariants()
     }
@@ -690,6 +777,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
             None => KeyHash::random(),
         };
         Ok(Limiter {
+            id: next_id(),
             table: match self.max_capacity {
                 None => Table::with_capacity(
                     self.capacity.unwrap_or(DEFAULT_CAPACITY),
@@ -712,6 +800,16 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
             _key: PhantomData,
         })
     }
+}
+
+/// A new limiter identity: distinct for every limiter built in the process (a `u64` counter
+/// does not wrap in practice).
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // Relaxed: only the counter's own atomicity matters (each limiter gets a distinct value);
+    // it publishes nothing else.
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn splitmix64(state: &mut u64) -> u64 {

@@ -18,11 +18,13 @@ use std::sync::atomic::fence;
 
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::Decision;
+use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::multi::Cost;
 use crate::quota::Quota;
 use crate::settle::{Reservation, Settled};
 use crate::sync::{AtomicU64, Ordering};
+use crate::with_quota::WithQuota;
 
 /// A [`Quota`] that can be replaced at any time while other threads read it.
 ///
@@ -103,8 +105,10 @@ impl LiveQuota {
     }
 }
 
-/// A keyed [`Limiter`] whose default quota can be replaced while traffic flows, and whose
-/// per-key overrides come from the caller's own function of the key (no second lookup).
+/// A keyed [`Limiter`] whose default quota can be replaced while traffic flows. It has the
+/// limiter's method names and signatures, deciding under the current quota, plus
+/// [`set_quota`](Self::set_quota) and [`quota`](Self::quota); a per-key override is
+/// `live.with_quota(f(key, live.quota())).check(key)` (no second lookup).
 ///
 /// **The rule for existing debt:** a key's state is its arrival time, which a new quota keeps
 /// and reads as it is: debt is kept *as time*. A key that needed 3 s to drain under the old
@@ -126,9 +130,12 @@ impl LiveQuota {
 /// // The key's debt, 1 s of drain, is kept as time: all 4 new units, so it waits one interval.
 /// assert_eq!(live.check("k").retry_after(), Some(Duration::from_millis(250)));
 /// assert_eq!(live.check("fresh").remaining(), 3);
-/// // A premium key gets a quota of its own, from the key alone.
-/// let premium = |key: &str, q: Quota| if key.starts_with("vip:") { q.with_limit(100).unwrap() } else { q };
-/// assert_eq!(live.check_with("vip:ada", 1, premium).remaining(), 99);
+/// // A premium key gets a quota of its own, from the key and the current quota.
+/// fn quota_for(key: &str, current: Quota) -> Quota {
+///     if key.starts_with("vip:") { current.with_limit(100).unwrap_or(current) } else { current }
+/// }
+/// let key = "vip:ada";
+/// assert_eq!(live.with_quota(quota_for(key, live.quota())).check(key).remaining(), 99);
 /// # Ok::<(), funnel::Error>(())
 /// ```
 pub struct LiveLimiter<K: ?Sized, C = DefaultClock> {
@@ -153,22 +160,41 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
         LiveLimiter { limiter, quota }
     }
 
+    /// The limiter under the current quota, for one call.
+    #[inline(always)]
+    fn current(&self) -> WithQuota<'_, K, C> {
+        self.limiter.with_quota(self.quota.load())
+    }
+
+    /// A view deciding under `quota` instead of the current one: [`Limiter::with_quota`].
+    /// A per-key override is `live.with_quota(f(key, live.quota())).check(key)`.
+    #[inline(always)]
+    pub fn with_quota(&self, quota: Quota) -> WithQuota<'_, K, C> {
+        self.limiter.with_quota(quota)
+    }
+
     /// One unit request for `key`, now, under the current quota.
     #[inline]
     pub fn check(&self, key: &K) -> Decision {
-        self.check_n(key, 1)
+        self.current().check(key)
     }
 
     /// A request of `n` units for `key`, now, under the current quota.
     #[inline]
     pub fn check_n(&self, key: &K, n: u64) -> Decision {
-        self.limiter.throttle(key, &self.quota.load(), n)
+        self.current().check_n(key, n)
     }
 
     /// One unit request for `key` at the caller's `now`, under the current quota.
     #[inline]
     pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.check_n_at(key, 1, now)
+        self.current().check_at(key, now)
+    }
+
+    /// A request of `n` units for `key` at the caller's `now`, under the current quota.
+    #[inline]
+    pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
+        self.current().check_n_at(key, n, now)
     }
 
     /// One unit request for each of `keys`, in order, now (one clock read for the batch), under
@@ -190,27 +216,8 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
             .decide_batch_at(keys, &self.quota.load(), now, out);
     }
 
-    /// A request of `n` units for `key` at the caller's `now`, under the current quota.
-    #[inline]
-    pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
-        self.limiter.throttle_at(key, &self.quota.load(), n, now)
-    }
-
-    /// A request of `n` units for `key`, now, under the quota `quota_for(key, current)` returns:
-    /// per-key overrides (a premium token's higher limit) decided from the key or from what the
-    /// caller already knows about the request, with no second table lookup.
-    #[inline]
-    pub fn check_with(
-        &self,
-        key: &K,
-        n: u64,
-        quota_for: impl FnOnce(&K, Quota) -> Quota,
-    ) -> Decision {
-        let quota = quota_for(key, self.quota.load());
-        self.limiter.throttle(key, &quota, n)
-    }
-
-    /// `key`'s state now under the current quota, charging nothing and creating nothing.
+    /// `key`'s state now under the current quota, charging nothing and creating nothing (see
+    /// [`Limiter::peek`] for what a key in debt beyond the tolerance answers).
     ///
     /// # Examples
     ///
@@ -230,27 +237,21 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// ```
     #[inline]
     pub fn peek(&self, key: &K) -> Decision {
-        self.check_n(key, 0)
+        self.current().peek(key)
     }
 
     /// [`peek`](Self::peek) at the caller's `now`.
     #[inline]
     pub fn peek_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.check_n_at(key, 0, now)
-    }
-
-    /// [`peek`](Self::peek) under the quota `quota_for(key, current)` returns, as
-    /// [`check_with`](Self::check_with).
-    #[inline]
-    pub fn peek_with(&self, key: &K, quota_for: impl FnOnce(&K, Quota) -> Quota) -> Decision {
-        self.check_with(key, 0, quota_for)
+        self.current().peek_at(key, now)
     }
 
     /// Gives back `n` units of the **current** quota to `key`, now: its arrival time moves
     /// back by `n` of the current emission intervals, never below now (never emptier than a
-    /// fresh funnel). False when there was nothing to give back. As
-    /// [`Limiter::refund`], meant for a charge just made; see [`refund_at`](Self::refund_at)
-    /// for a charge made before a quota change.
+    /// fresh funnel). False when there was nothing to give back. As [`Limiter::refund`], meant
+    /// for a charge just made: for a charge made under another quota (before a quota change, or
+    /// a per-key override), `live.with_quota(q).refund(key, n)` gives back exactly the time it
+    /// took, since debt is kept as time.
     ///
     /// # Examples
     ///
@@ -268,23 +269,12 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn refund(&self, key: &K, n: u64) -> bool {
-        self.refund_at(key, &self.quota.load(), n, self.limiter.now())
+        self.current().refund(key, n)
     }
 
-    /// Gives back `n` units of `quota` to `key` at the caller's `now`. Pass the quota a charge
-    /// was made under (read with [`quota`](Self::quota) when charging, and charged with
-    /// [`Limiter::throttle_at`] under it) to give back exactly the time the charge took even if
-    /// the live quota has changed since: debt is kept as time, so a refund in units of another
-    /// quota gives back another amount of time.
-    pub fn refund_at(&self, key: &K, quota: &Quota, n: u64, now: Timestamp) -> bool {
-        self.limiter.refund_at(key, quota, n, now)
-    }
-
-    /// [`refund`](Self::refund) of `n` units of the quota `quota_for(key, current)` returns:
-    /// for a key with its own quota (as charged by [`check_with`](Self::check_with)).
-    pub fn refund_with(&self, key: &K, n: u64, quota_for: impl FnOnce(&K, Quota) -> Quota) -> bool {
-        let quota = quota_for(key, self.quota.load());
-        self.limiter.refund_at(key, &quota, n, self.limiter.now())
+    /// [`refund`](Self::refund) at the caller's `now`.
+    pub fn refund_at(&self, key: &K, n: u64, now: Timestamp) -> bool {
+        self.current().refund_at(key, n, now)
     }
 
     /// Charges an estimate of `estimate` units to `key` now under the current quota, as
@@ -305,54 +295,60 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     /// let r = live.reserve("user:7", 300);
     /// assert_eq!(r.decision().remaining(), 700);
     /// assert_eq!(r.quota().limit(), 1_000);
-    /// assert_eq!(live.settle("user:7", &r, 120), Settled::Refunded);
+    /// assert_eq!(live.settle("user:7", r, 120)?, Settled::Refunded);
     /// assert_eq!(live.peek("user:7").remaining(), 880);
     /// # Ok::<(), funnel::Error>(())
     /// ```
     pub fn reserve(&self, key: &K, estimate: u64) -> Reservation {
-        self.reserve_at(key, estimate, self.limiter.now())
+        self.current().reserve(key, estimate)
     }
 
     /// [`reserve`](Self::reserve) at the caller's `now`.
     pub fn reserve_at(&self, key: &K, estimate: u64, now: Timestamp) -> Reservation {
-        self.limiter
-            .reserve_at(key, &self.quota.load(), estimate, now)
-    }
-
-    /// [`reserve`](Self::reserve) under the quota `quota_for(key, current)` returns, as
-    /// [`check_with`](Self::check_with).
-    pub fn reserve_with(
-        &self,
-        key: &K,
-        estimate: u64,
-        quota_for: impl FnOnce(&K, Quota) -> Quota,
-    ) -> Reservation {
-        let quota = quota_for(key, self.quota.load());
-        self.limiter
-            .reserve_at(key, &quota, estimate, self.limiter.now())
+        self.current().reserve_at(key, estimate, now)
     }
 
     /// Settles `reservation` with the `actual` cost, now, under the quota it was reserved
     /// under (see [`reserve`](Self::reserve)): [`Limiter::settle`].
-    pub fn settle(&self, key: &K, reservation: &Reservation, actual: u64) -> Settled {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservationMismatch`](crate::Error::ReservationMismatch) when `reservation`
+    /// was made by another limiter or for another key; nothing is changed.
+    pub fn settle(&self, key: &K, reservation: Reservation, actual: u64) -> Result<Settled, Error> {
         self.limiter.settle(key, reservation, actual)
     }
 
     /// [`settle`](Self::settle) at the caller's `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](Self::settle).
     pub fn settle_at(
         &self,
         key: &K,
-        reservation: &Reservation,
+        reservation: Reservation,
         actual: u64,
         now: Timestamp,
-    ) -> Settled {
+    ) -> Result<Settled, Error> {
         self.limiter.settle_at(key, reservation, actual, now)
     }
 
     /// An entry charging `n` units to `key` under the current quota, for
     /// [`check_all`](crate::check_all).
     pub fn cost<'a>(&'a self, key: &'a K, n: u64) -> Cost<'a, K, C> {
-        self.limiter.cost(key, n).with_quota(self.quota.load())
+        self.limiter.cost(key, n).under(self.quota.load())
+    }
+
+    /// Empties `key`'s funnel: [`Limiter::reset`].
+    pub fn reset(&self, key: &K) -> bool {
+        self.limiter.reset(key)
+    }
+
+    /// The current time on the limiter's clock, for the `*_at` variants.
+    #[inline]
+    pub fn now(&self) -> Timestamp {
+        self.limiter.now()
     }
 
     /// Replaces the default quota; see the type's rule for existing debt.
@@ -365,8 +361,7 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
         self.quota.load()
     }
 
-    /// The wrapped limiter, for what does not depend on the quota (statistics, capacity,
-    /// [`reset`](Limiter::reset)).
+    /// The wrapped limiter, for what does not depend on the quota (statistics, capacity).
     ///
     /// Its own quota-taking shortcuts ([`Limiter::check`], [`Limiter::peek`],
     /// [`Limiter::refund`], [`Limiter::reserve`], [`Limiter::cost`]) use the quota it was

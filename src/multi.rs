@@ -23,7 +23,7 @@ mod loom;
 /// One limit a request must pass: something that can be charged, rolled back exactly, and
 /// asked what it would answer without being charged. [`Limiter::cost`] makes one for a key of
 /// any limiter, so one request can be checked against limiters of different key types (per
-/// IP, per route, global) with [`check_all`].
+/// IP, per route, global) with [`check_all`], as `&dyn Charge` entries.
 ///
 /// Implement it for a limit of your own only if `undo` gives back exactly what `charge` took
 /// and never more: [`check_all`]'s guarantees rest on it.
@@ -41,8 +41,29 @@ pub trait Charge {
     fn estimate(&self, now: Timestamp) -> Decision;
 }
 
+/// A reference to an entry is an entry, so [`check_all`] takes `&[&Cost]` and `&[&dyn Charge]`
+/// (limiters of different types) as well as `&[Cost]`.
+impl<T: Charge + ?Sized> Charge for &T {
+    #[inline]
+    fn charge(&self, now: Timestamp) -> Decision {
+        (**self).charge(now)
+    }
+
+    #[inline]
+    fn undo(&self, charged: &Decision, now: Timestamp) -> Decision {
+        (**self).undo(charged, now)
+    }
+
+    #[inline]
+    fn estimate(&self, now: Timestamp) -> Decision {
+        (**self).estimate(now)
+    }
+}
+
 /// A request of `cost` units for one key of one [`Limiter`], under a quota: an entry for
-/// [`check_all`]. Made by [`Limiter::cost`].
+/// [`check_all`]. Made by [`Limiter::cost`] (the limiter's quota),
+/// [`WithQuota::cost`](crate::WithQuota::cost) (another quota) and
+/// [`LiveLimiter::cost`](crate::LiveLimiter::cost) (the live quota).
 ///
 /// # Examples
 ///
@@ -65,10 +86,9 @@ pub struct Cost<'a, K: ?Sized, C> {
 }
 
 impl<'a, K: ?Sized, C> Cost<'a, K, C> {
-    /// The same entry under `quota` instead of the limiter's own (a per-call quota, as
-    /// [`Limiter::throttle`] takes).
-    #[must_use]
-    pub fn with_quota(mut self, quota: Quota) -> Self {
+    /// The same entry under `quota` instead of the limiter's own: what
+    /// [`WithQuota::cost`](crate::WithQuota::cost) makes.
+    pub(crate) fn under(mut self, quota: Quota) -> Self {
         self.quota = quota;
         self
     }
@@ -115,7 +135,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
 
 impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
     fn charge(&self, now: Timestamp) -> Decision {
-        self.limiter.throttle_at(self.key, &self.quota, self.n, now)
+        self.limiter.decide_at(self.key, &self.quota, self.n, now)
     }
 
     fn undo(&self, charged: &Decision, now: Timestamp) -> Decision {
@@ -155,19 +175,21 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use funnel::{check_all, clock::ManualClock, Limiter, Quota};
+/// use funnel::{check_all, clock::ManualClock, Charge, Limiter, Quota};
 ///
 /// let clock = ManualClock::new();
 /// let per_ip = Limiter::<IpAddr>::builder(Quota::per_second(10)?).clock(clock.clone()).build()?;
 /// let per_route = Limiter::<str>::builder(Quota::per_second(2)?).clock(clock.clone()).build()?;
 /// let ip: IpAddr = "192.0.2.1".parse().unwrap();
 /// let now = clock.now();
+/// // Entries of limiters of different key types: `&dyn Charge`.
+/// let (ip_cost, route_cost) = (per_ip.cost(&ip, 1), per_route.cost("/search", 1));
+/// let entries: [&dyn Charge; 2] = [&ip_cost, &route_cost];
 ///
 /// for _ in 0..2 {
-///     let d = check_all(&[&per_ip.cost(&ip, 1), &per_route.cost("/search", 1)], now);
-///     assert!(d.is_allowed());
+///     assert!(check_all(&entries, now).is_allowed());
 /// }
-/// let d = check_all(&[&per_ip.cost(&ip, 1), &per_route.cost("/search", 1)], now);
+/// let d = check_all(&entries, now);
 /// assert_eq!(d.denied_by(), Some(1)); // the route's limit
 /// assert!(d.decisions()[1].retry_after().is_some());
 /// assert_eq!(per_ip.peek(&ip).remaining(), 8); // the per-IP charge was rolled back
@@ -264,8 +286,16 @@ impl MultiDecision {
 /// entry admits it; then each is charged. When one denies, the charges already made are rolled
 /// back exactly and nothing stays charged. No entries is an admitted request.
 ///
-/// Entries are funnels: [`Limiter::cost`] and [`LiveLimiter::cost`](crate::LiveLimiter::cost).
-/// The window counters have no `cost` and cannot take part (their rollback is not built).
+/// Entries are funnels: [`Limiter::cost`], [`WithQuota::cost`](crate::WithQuota::cost) and
+/// [`LiveLimiter::cost`](crate::LiveLimiter::cost), given as a slice of any entry type: `&[a,
+/// b]` or a `Vec` of entries of one limiter type, and `&[&dyn Charge]` (a `Vec<&dyn Charge>`
+/// coerces without casts) to mix limiters of different key or clock types. The window counters
+/// have no `cost` and cannot take part (their rollback is not built).
+///
+/// **A zero-cost entry is not a free pass.** An entry of `0` units asks what a peek asks
+/// ([`Limiter::peek`]): on a key in debt beyond its tolerance (charged past its limit by
+/// [`Limiter::settle`], or kept as time through a quota change) it answers limited, and so
+/// denies the whole request.
 ///
 /// `now` may be read from any of the limiters: every default clock of a process counts from
 /// one origin (`clock` module). Limiters on a [`ManualClock`](crate::clock::ManualClock) should
@@ -291,13 +321,13 @@ impl MultiDecision {
 /// let user = 42;
 /// let now = burst.now();
 /// let admitted = (0..5)
-///     .filter(|_| check_all(&[&burst.cost(&user, 1), &daily.cost(&user, 1)], now).is_allowed())
+///     .filter(|_| check_all(&[burst.cost(&user, 1), daily.cost(&user, 1)], now).is_allowed())
 ///     .count();
 /// assert_eq!(admitted, 3); // the daily limit
 /// assert_eq!(burst.peek(&user).remaining(), 2); // the burst limit holds only the 3 admitted
 /// # Ok::<(), funnel::Error>(())
 /// ```
-pub fn check_all(limits: &[&dyn Charge], now: Timestamp) -> MultiDecision {
+pub fn check_all<E: Charge>(limits: &[E], now: Timestamp) -> MultiDecision {
     let mut decisions = Decisions::with_capacity(limits.len());
     for (i, limit) in limits.iter().enumerate() {
         let decision = limit.charge(now);

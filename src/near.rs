@@ -1,47 +1,42 @@
 //! The near-limit signal: a decision that passed but used up at least a given share of its
-//! limit (Envoy's `near_limit` statistic), for metrics and early warnings in headers.
+//! limit (Envoy's `near_limit` statistic), for metrics and early warnings in headers:
+//! [`Decision::is_near_limit`].
 
 use crate::decision::Decision;
 
-/// Whether a [`Decision`] is close to its limit.
-///
-/// A decision is **near its limit** at `percent` when it was allowed and the units in use
-/// after it, `limit - remaining`, are at least `percent`% of the limit (compared exactly in
-/// integers: `used * 100 >= percent * limit`). A denied decision is *over* the limit, not near
-/// it, as in Envoy's statistics; `percent` above 100 is never reached.
-///
-/// # Examples
-///
-/// ```
-/// use funnel::{clock::ManualClock, Funnel, NearLimit, Quota};
-///
-/// let funnel = Funnel::with_clock(Quota::per_second(10)?, ManualClock::new());
-/// let mut near = Vec::new();
-/// for _ in 0..11 {
-///     let d = funnel.check();
-///     near.push(d.is_near_limit(80));
-/// }
-/// // The 8th, 9th and 10th requests leave 2, 1, 0 of 10 remaining; the 11th is denied.
-/// assert_eq!(near.iter().filter(|n| **n).count(), 3);
-/// assert!(near[7] && !near[6] && !near[10]);
-/// # Ok::<(), funnel::Error>(())
-/// ```
-pub trait NearLimit {
+/// The near-limit signal, inherent on [`Decision`] (no trait to import).
+impl Decision {
     /// Units in use after this decision: `limit - remaining`.
-    fn used(&self) -> u64;
-
-    /// True when allowed with at least `percent`% of the limit in use.
-    fn is_near_limit(&self, percent: u8) -> bool;
-}
-
-impl NearLimit for Decision {
     #[inline]
-    fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.limit().saturating_sub(self.remaining())
     }
 
+    /// True when this decision was allowed with at least `percent`% of its limit in use.
+    ///
+    /// A decision is **near its limit** at `percent` when it was allowed and the units in use
+    /// after it, `limit - remaining`, are at least `percent`% of the limit (compared exactly
+    /// in integers: `used * 100 >= percent * limit`). A denied decision is *over* the limit,
+    /// not near it, as in Envoy's statistics; `percent` above 100 is never reached.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{clock::ManualClock, Funnel, Quota};
+    ///
+    /// let funnel = Funnel::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// let mut near = Vec::new();
+    /// for _ in 0..11 {
+    ///     let d = funnel.check();
+    ///     near.push(d.is_near_limit(80));
+    /// }
+    /// // The 8th, 9th and 10th requests leave 2, 1, 0 of 10 remaining; the 11th is denied.
+    /// assert_eq!(near.iter().filter(|n| **n).count(), 3);
+    /// assert!(near[7] && !near[6] && !near[10]);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
     #[inline]
-    fn is_near_limit(&self, percent: u8) -> bool {
+    pub fn is_near_limit(&self, percent: u8) -> bool {
         self.is_allowed()
             && u128::from(self.used()) * 100 >= u128::from(percent) * u128::from(self.limit())
     }

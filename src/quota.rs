@@ -5,8 +5,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::state::MAX_TOLERANCE_NANOS;
 
-/// A funnel's parameters: a **limit** (burst capacity, CL.THROTTLE's `max_burst + 1`) and a leak
-/// rate of `count` actions per `period`.
+/// A funnel's parameters: a **limit** (burst capacity: how many actions a fresh funnel admits at
+/// once) and a leak rate of `count` actions per `period`.
 ///
 /// Internally a quota is an **emission interval** `T = period / count` (whole nanoseconds,
 /// truncated as redis-cell does) and a **tolerance** `T * limit`: how far ahead of now a funnel
@@ -19,19 +19,22 @@ use crate::state::MAX_TOLERANCE_NANOS;
 /// use std::time::Duration;
 /// use funnel::Quota;
 ///
-/// // CL.THROTTLE user123 15 30 60: 30 actions per 60 s, bursts of up to 16.
-/// let q = Quota::new(15, 30, Duration::from_secs(60))?;
-/// assert_eq!(q.limit(), 16);
-/// assert_eq!(q.emission_interval(), Duration::from_secs(2));
+/// // 10 requests per second, up to 20 at once.
+/// let q = Quota::per_second(10)?.with_limit(20)?;
+/// assert_eq!(q.limit(), 20);
+/// assert_eq!(q.emission_interval(), Duration::from_millis(100));
 ///
-/// // 100 requests per second, at most 100 at once; then a burst of 20 instead.
-/// let q = Quota::per_second(100)?;
-/// assert_eq!(q.limit(), 100);
-/// assert_eq!(q.with_limit(20)?.limit(), 20);
+/// // 30 actions per minute, up to 30 at once (the limit defaults to the count).
+/// let q = Quota::per_minute(30)?;
+/// assert_eq!((q.limit(), q.emission_interval()), (30, Duration::from_secs(2)));
 ///
-/// // Sub-second periods work too.
-/// let q = Quota::new(0, 1, Duration::from_millis(250))?;
+/// // Any period: one action per 250 ms, one at a time.
+/// let q = Quota::per_period(1, Duration::from_millis(250))?;
 /// assert_eq!(q.emission_interval(), Duration::from_millis(250));
+///
+/// // CL.THROTTLE user123 15 30 60, whose limit is max_burst + 1, through its named door.
+/// let q = Quota::from_cl_throttle(15, 30, 60)?;
+/// assert_eq!((q.limit(), q.max_burst()), (16, 15));
 /// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -62,14 +65,32 @@ impl Quota {
     }
 
     /// `count` actions per `period`, with bursts of up to `max_burst + 1` actions at once:
-    /// exactly CL.THROTTLE's `<max_burst> <count> <period>`, with any `Duration` as the period.
+    /// CL.THROTTLE's `<max_burst> <count> <period>`, with any `Duration` as the period. For
+    /// quotas that are not CL.THROTTLE's, [`per_period`](Self::per_period) and
+    /// [`with_limit`](Self::with_limit) say the limit itself.
     ///
     /// # Errors
     ///
     /// [`Error::ZeroCount`], [`Error::ZeroPeriod`], [`Error::EmissionIntervalTooSmall`] when
     /// `period / count` is under 1 ns, [`Error::BurstTooLarge`] when `max_burst + 1` overflows,
     /// [`Error::ToleranceTooLarge`] when `T * limit` exceeds 2^60 ns (36.5 years).
-    pub fn new(max_burst: u64, count: u64, period: Duration) -> Result<Quota, Error> {
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use funnel::Quota;
+    ///
+    /// // CL.THROTTLE k 0 4 1, with the period as a Duration: 4 per second, one at a time.
+    /// let q = Quota::from_cl_throttle_period(0, 1, Duration::from_millis(250))?;
+    /// assert_eq!(q, Quota::per_second(4)?.with_limit(1)?);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn from_cl_throttle_period(
+        max_burst: u64,
+        count: u64,
+        period: Duration,
+    ) -> Result<Quota, Error> {
         let limit = max_burst
             .checked_add(1)
             .ok_or(Error::BurstTooLarge { max_burst })?;
@@ -82,7 +103,8 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// [`Error::Negative`] for a negative argument, then as [`Quota::new`].
+    /// [`Error::Negative`] for a negative argument, then as
+    /// [`from_cl_throttle_period`](Self::from_cl_throttle_period).
     ///
     /// # Examples
     ///
@@ -103,14 +125,14 @@ impl Quota {
         let max_burst = non_negative("max_burst", max_burst)?;
         let count = non_negative("count", count)?;
         let period = non_negative("period", period_secs)?;
-        Quota::new(max_burst, count, Duration::from_secs(period))
+        Quota::from_cl_throttle_period(max_burst, count, Duration::from_secs(period))
     }
 
     /// `count` actions per second, with bursts of up to `count` (governor's `per_second`).
     ///
     /// # Errors
     ///
-    /// As [`Quota::new`]; `count` 0 is [`Error::ZeroCount`].
+    /// As [`per_period`](Self::per_period); `count` 0 is [`Error::ZeroCount`].
     pub fn per_second(count: u64) -> Result<Quota, Error> {
         Self::with_count(count, count, Duration::from_secs(1))
     }
@@ -119,7 +141,7 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// As [`Quota::new`].
+    /// As [`per_period`](Self::per_period).
     pub fn per_minute(count: u64) -> Result<Quota, Error> {
         Self::with_count(count, count, Duration::from_secs(60))
     }
@@ -128,7 +150,7 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// As [`Quota::new`].
+    /// As [`per_period`](Self::per_period).
     pub fn per_hour(count: u64) -> Result<Quota, Error> {
         Self::with_count(count, count, Duration::from_secs(3600))
     }
@@ -137,29 +159,30 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// As [`Quota::new`].
+    /// [`Error::ZeroCount`], [`Error::ZeroPeriod`], [`Error::EmissionIntervalTooSmall`] when
+    /// `period / count` is under 1 ns, [`Error::ToleranceTooLarge`] when `period` (the
+    /// tolerance, `T * count`) exceeds 2^60 ns (36.5 years).
     pub fn per_period(count: u64, period: Duration) -> Result<Quota, Error> {
         Self::with_count(count, count, period)
     }
 
     /// The same leak rate with a burst capacity of `limit` actions.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::Quota;
+    ///
+    /// // 10 per second, bursts of up to 20.
+    /// let q = Quota::per_second(10)?.with_limit(20)?;
+    /// assert_eq!((q.limit(), q.emission_interval().as_millis()), (20, 100));
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::ZeroLimit`], or [`Error::ToleranceTooLarge`] when `T * limit` is too large.
     pub fn with_limit(self, limit: u64) -> Result<Quota, Error> {
-        Self::from_parts(self.t, limit)
-    }
-
-    /// The same leak rate with bursts of up to `max_burst + 1` actions (CL.THROTTLE's spelling).
-    ///
-    /// # Errors
-    ///
-    /// As [`Quota::with_limit`], and [`Error::BurstTooLarge`].
-    pub fn with_max_burst(self, max_burst: u64) -> Result<Quota, Error> {
-        let limit = max_burst
-            .checked_add(1)
-            .ok_or(Error::BurstTooLarge { max_burst })?;
         Self::from_parts(self.t, limit)
     }
 
@@ -227,7 +250,7 @@ mod tests {
 
     #[test]
     fn cl_throttle_parameters_give_limit_and_interval() {
-        let q = Quota::new(15, 30, Duration::from_secs(60)).unwrap();
+        let q = Quota::from_cl_throttle_period(15, 30, Duration::from_secs(60)).unwrap();
         assert_eq!((q.t, q.limit, q.tau), (2_000_000_000, 16, 32_000_000_000));
         // 0 3 10: T = 3.333... s truncated to the nanosecond.
         let q = Quota::from_cl_throttle(0, 3, 10).unwrap();
@@ -237,16 +260,27 @@ mod tests {
     #[test]
     fn zero_and_tiny_rates_are_typed_errors() {
         let s = Duration::from_secs(1);
-        assert_eq!(Quota::new(1, 0, s), Err(Error::ZeroCount));
-        assert_eq!(Quota::new(1, 1, Duration::ZERO), Err(Error::ZeroPeriod));
         assert_eq!(
-            Quota::new(1, 2_000_000_000, s),
+            Quota::from_cl_throttle_period(1, 0, s),
+            Err(Error::ZeroCount)
+        );
+        assert_eq!(
+            Quota::from_cl_throttle_period(1, 1, Duration::ZERO),
+            Err(Error::ZeroPeriod)
+        );
+        assert_eq!(
+            Quota::from_cl_throttle_period(1, 2_000_000_000, s),
             Err(Error::EmissionIntervalTooSmall {
                 period: s,
                 count: 2_000_000_000
             })
         );
-        assert_eq!(Quota::new(1, 1_000_000_000, s).unwrap().t, 1);
+        assert_eq!(
+            Quota::from_cl_throttle_period(1, 1_000_000_000, s)
+                .unwrap()
+                .t,
+            1
+        );
         assert_eq!(Quota::per_second(0), Err(Error::ZeroCount));
         assert_eq!(
             Quota::per_second(5).unwrap().with_limit(0),
@@ -258,13 +292,13 @@ mod tests {
     fn huge_values_are_errors_not_wraps() {
         let s = Duration::from_secs(1);
         assert_eq!(
-            Quota::new(u64::MAX, 1, s),
+            Quota::from_cl_throttle_period(u64::MAX, 1, s),
             Err(Error::BurstTooLarge {
                 max_burst: u64::MAX
             })
         );
         assert!(matches!(
-            Quota::new(u64::MAX - 1, 1, s),
+            Quota::from_cl_throttle_period(u64::MAX - 1, 1, s),
             Err(Error::ToleranceTooLarge { .. })
         ));
         assert!(matches!(
@@ -276,7 +310,7 @@ mod tests {
             Err(Error::ToleranceTooLarge { .. })
         ));
         assert!(matches!(
-            Quota::new(0, 1, Duration::MAX),
+            Quota::from_cl_throttle_period(0, 1, Duration::MAX),
             Err(Error::ToleranceTooLarge { .. })
         ));
         assert_eq!(
@@ -297,8 +331,14 @@ mod tests {
 
     #[test]
     fn the_tolerance_bound_is_inclusive() {
-        let q = Quota::new(0, 1, Duration::from_nanos(MAX_TOLERANCE_NANOS)).unwrap();
+        let q = Quota::from_cl_throttle_period(0, 1, Duration::from_nanos(MAX_TOLERANCE_NANOS))
+            .unwrap();
         assert_eq!(q.tau, MAX_TOLERANCE_NANOS);
-        assert!(Quota::new(0, 1, Duration::from_nanos(MAX_TOLERANCE_NANOS + 1)).is_err());
+        assert!(Quota::from_cl_throttle_period(
+            0,
+            1,
+            Duration::from_nanos(MAX_TOLERANCE_NANOS + 1)
+        )
+        .is_err());
     }
 }

@@ -169,9 +169,10 @@ impl Replay {
     /// A [`LineError`] for a line that does not parse or carries an invalid quota.
     pub fn apply(&self, line: &[u8]) -> Result<[i64; 5], LineError> {
         let line = parse_line(line)?;
-        let decision = self
-            .limiter
-            .throttle_at(line.key, &line.quota, line.quantity, line.now);
+        let decision =
+            self.limiter
+                .with_quota(line.quota)
+                .check_n_at(line.key, line.quantity, line.now);
         Ok(decision.to_cl_throttle())
     }
 

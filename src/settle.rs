@@ -12,6 +12,7 @@ use std::hash::Hash;
 
 use crate::clock::{Clock, Timestamp};
 use crate::decision::{Decision, Outcome};
+use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::quota::Quota;
 use crate::table::Updated;
@@ -19,6 +20,21 @@ use crate::table::Updated;
 /// An estimate charged by [`Limiter::reserve`], to be settled with the actual cost by
 /// [`Limiter::settle`]. A plain value (it holds no borrow of the limiter or the key), so it can
 /// travel with a request across an `await`.
+///
+/// It is bound to what it reserved: it records the key's fingerprint and the limiter's
+/// identity, and settling it on another key or another limiter is an
+/// [`Error::ReservationMismatch`] that changes nothing. Settling consumes it, and it is neither
+/// `Clone` nor `Copy`, so a reservation settles once:
+///
+/// ```compile_fail
+/// use funnel::{Limiter, Quota};
+///
+/// let limiter = Limiter::<str>::new(Quota::per_second(10)?);
+/// let r = limiter.reserve("k", 4);
+/// limiter.settle("k", r, 1)?;
+/// limiter.settle("k", r, 1)?; // error[E0382]: use of moved value: `r`
+/// # Ok::<(), funnel::Error>(())
+/// ```
 ///
 /// # Examples
 ///
@@ -33,15 +49,19 @@ use crate::table::Updated;
 /// assert!(r.is_allowed());
 /// assert_eq!(r.decision().remaining(), 700);
 /// // ... the model answered with 120 tokens in all:
-/// assert_eq!(limiter.settle("user:7", &r, 120), Settled::Refunded);
+/// assert_eq!(limiter.settle("user:7", r, 120)?, Settled::Refunded);
 /// assert_eq!(limiter.peek("user:7").remaining(), 880);
 /// # Ok::<(), funnel::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 #[must_use = "a reservation should be settled with the actual cost"]
 pub struct Reservation {
     decision: Decision,
     quota: Quota,
+    /// The reserved key's fingerprint under the limiter's hasher.
+    key: u64,
+    /// The identity of the limiter that made it.
+    limiter: u64,
     /// Units actually stored by the reservation (0 unless `Allowed`).
     charged: u64,
     /// When the reservation was made, ns.
@@ -94,14 +114,26 @@ pub enum Settled {
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// Charges an estimate of `estimate` units to `key` now, under the limiter's quota, as
     /// [`check_n`](Self::check_n) does; settle it with the actual cost by
-    /// [`settle`](Self::settle) once known.
+    /// [`settle`](Self::settle) once known. Under another quota:
+    /// [`with_quota`](Self::with_quota)`(quota).reserve(..)`.
     pub fn reserve(&self, key: &K, estimate: u64) -> Reservation {
-        self.reserve_at(key, self.quota(), estimate, self.now())
+        self.reserve_under(key, self.quota(), estimate, self.now())
     }
 
-    /// [`reserve`](Self::reserve) under `quota`, at the caller's `now`.
-    pub fn reserve_at(&self, key: &K, quota: &Quota, estimate: u64, now: Timestamp) -> Reservation {
-        let decision = self.throttle_at(key, quota, estimate, now);
+    /// [`reserve`](Self::reserve) at the caller's `now`.
+    pub fn reserve_at(&self, key: &K, estimate: u64, now: Timestamp) -> Reservation {
+        self.reserve_under(key, self.quota(), estimate, now)
+    }
+
+    /// A reservation of `estimate` units of `quota` at `now`.
+    pub(crate) fn reserve_under(
+        &self,
+        key: &K,
+        quota: &Quota,
+        estimate: u64,
+        now: Timestamp,
+    ) -> Reservation {
+        let decision = self.decide_at(key, quota, estimate, now);
         let charged = if decision.outcome() == Outcome::Allowed {
             estimate
         } else {
@@ -110,14 +142,22 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
         Reservation {
             decision,
             quota: *quota,
+            key: self.fingerprint(key),
+            limiter: self.id(),
             charged,
             at: now.as_nanos(),
         }
     }
 
     /// Settles `reservation` with the `actual` cost, now: gives back the unused part or charges
-    /// the extra (see [`Settled`] and the module rules). Settle each reservation once; settling
-    /// a denied one charges `actual` as a debt (the caller says it was used).
+    /// the extra (see [`Settled`] and the module rules), under the quota it was reserved under.
+    /// Settling consumes the reservation; settling a denied one charges `actual` as a debt (the
+    /// caller says it was used).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservationMismatch`] when `reservation` was made by another limiter or for
+    /// another key; nothing is changed.
     ///
     /// # Examples
     ///
@@ -128,18 +168,39 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     ///     .clock(ManualClock::new())
     ///     .build()?;
     /// let r = limiter.reserve(&1, 4);
-    /// assert_eq!(limiter.settle(&1, &r, 25), Settled::Charged); // 21 more: a debt
+    /// assert_eq!(limiter.settle(&1, r, 25)?, Settled::Charged); // 21 more: a debt
     /// let d = limiter.check(&1);
     /// assert!(!d.is_allowed());
     /// assert_eq!(d.retry_after(), Some(std::time::Duration::from_millis(1_600)));
     /// # Ok::<(), funnel::Error>(())
     /// ```
-    pub fn settle(&self, key: &K, reservation: &Reservation, actual: u64) -> Settled {
+    pub fn settle(&self, key: &K, reservation: Reservation, actual: u64) -> Result<Settled, Error> {
         self.settle_at(key, reservation, actual, self.now())
     }
 
     /// [`settle`](Self::settle) at the caller's `now`.
     pub fn settle_at(
+        &self,
+        key: &K,
+        reservation: Reservation,
+        actual: u64,
+        now: Timestamp,
+    ) -> Result<Settled, Error> {
+        if reservation.limiter != self.id() {
+            return Err(Error::ReservationMismatch {
+                another_limiter: true,
+            });
+        }
+        if reservation.key != self.fingerprint(key) {
+            return Err(Error::ReservationMismatch {
+                another_limiter: false,
+            });
+        }
+        Ok(self.settle_checked(key, &reservation, actual, now))
+    }
+
+    /// [`settle_at`](Self::settle_at) of a reservation known to be this limiter's and `key`'s.
+    fn settle_checked(
         &self,
         key: &K,
         reservation: &Reservation,

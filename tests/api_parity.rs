@@ -14,14 +14,9 @@ const MS: u64 = 1_000_000;
 fn single_key_counters_take_the_callers_time_peek_and_reset() {
     let clock = ManualClock::new();
     let f = Funnel::with_clock(Quota::per_second(2).unwrap(), clock.clone());
-    let fixed = FixedWindow::with_clock(
-        FixedWindowQuota::new(2, Duration::from_secs(1)).unwrap(),
-        clock.clone(),
-    );
-    let sliding = SlidingWindow::with_clock(
-        SlidingWindowQuota::new(2, Duration::from_secs(1)).unwrap(),
-        clock.clone(),
-    );
+    let fixed = FixedWindow::with_clock(FixedWindowQuota::per_second(2).unwrap(), clock.clone());
+    let sliding =
+        SlidingWindow::with_clock(SlidingWindowQuota::per_second(2).unwrap(), clock.clone());
     // The clock they read is the one they were given.
     clock.advance(Duration::from_millis(5));
     assert_eq!(f.clock().now(), clock.now());

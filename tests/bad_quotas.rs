@@ -31,7 +31,10 @@ fn secs(s: u64) -> Duration {
 
 #[test]
 fn a_zero_count_is_an_error_on_every_constructor() {
-    assert_eq!(Quota::new(15, 0, secs(60)), Err(Error::ZeroCount));
+    assert_eq!(
+        Quota::from_cl_throttle_period(15, 0, secs(60)),
+        Err(Error::ZeroCount)
+    );
     assert_eq!(Quota::from_cl_throttle(15, 0, 60), Err(Error::ZeroCount));
     assert_eq!(Quota::per_second(0), Err(Error::ZeroCount));
     assert_eq!(Quota::per_minute(0), Err(Error::ZeroCount));
@@ -41,7 +44,10 @@ fn a_zero_count_is_an_error_on_every_constructor() {
 
 #[test]
 fn a_zero_period_is_an_error() {
-    assert_eq!(Quota::new(15, 30, Duration::ZERO), Err(Error::ZeroPeriod));
+    assert_eq!(
+        Quota::from_cl_throttle_period(15, 30, Duration::ZERO),
+        Err(Error::ZeroPeriod)
+    );
     assert_eq!(Quota::from_cl_throttle(15, 30, 0), Err(Error::ZeroPeriod));
     assert_eq!(Quota::per_period(5, Duration::ZERO), Err(Error::ZeroPeriod));
 }
@@ -55,7 +61,7 @@ fn a_limit_of_zero_is_an_error() {
 #[test]
 fn an_emission_interval_under_one_nanosecond_is_an_error() {
     assert_eq!(
-        Quota::new(0, 2, Duration::from_nanos(1)),
+        Quota::from_cl_throttle_period(0, 2, Duration::from_nanos(1)),
         Err(Error::EmissionIntervalTooSmall {
             period: Duration::from_nanos(1),
             count: 2
@@ -98,16 +104,16 @@ fn one_nanosecond_per_action_is_the_finest_rate_and_its_remaining_is_exact() {
 #[test]
 fn max_burst_u64_max_cannot_make_a_limit() {
     assert_eq!(
-        Quota::new(u64::MAX, 1, secs(1)),
+        Quota::from_cl_throttle_period(u64::MAX, 1, secs(1)),
         Err(Error::BurstTooLarge {
             max_burst: u64::MAX
         })
     );
-    let q = Quota::per_second(1).unwrap();
     assert_eq!(
-        q.with_max_burst(u64::MAX),
-        Err(Error::BurstTooLarge {
-            max_burst: u64::MAX
+        Quota::from_cl_throttle(i64::MAX, 1, 1),
+        Err(Error::ToleranceTooLarge {
+            tolerance_nanos: (1u128 << 63) * u128::from(S),
+            max_nanos: MAX_TOLERANCE_NANOS,
         })
     );
 }
@@ -116,14 +122,14 @@ fn max_burst_u64_max_cannot_make_a_limit() {
 fn max_burst_near_u64_max_overflows_the_tolerance_and_says_by_how_much() {
     // limit u64::MAX at 1 s per action: the exact 128-bit tolerance is reported, not a wrap.
     assert_eq!(
-        Quota::new(u64::MAX - 1, 1, secs(1)),
+        Quota::from_cl_throttle_period(u64::MAX - 1, 1, secs(1)),
         Err(Error::ToleranceTooLarge {
             tolerance_nanos: u128::from(u64::MAX) * u128::from(S),
             max_nanos: MAX_TOLERANCE_NANOS,
         })
     );
     assert_eq!(
-        Quota::new(u64::MAX - 1, 1, Duration::from_nanos(1)),
+        Quota::from_cl_throttle_period(u64::MAX - 1, 1, Duration::from_nanos(1)),
         Err(Error::ToleranceTooLarge {
             tolerance_nanos: u128::from(u64::MAX),
             max_nanos: MAX_TOLERANCE_NANOS,
@@ -134,7 +140,9 @@ fn max_burst_near_u64_max_overflows_the_tolerance_and_says_by_how_much() {
         Err(Error::ToleranceTooLarge { .. })
     ));
     assert!(matches!(
-        Quota::per_second(1).unwrap().with_max_burst(u64::MAX - 1),
+        Quota::per_period(1, Duration::from_nanos(1))
+            .unwrap()
+            .with_limit(u64::MAX),
         Err(Error::ToleranceTooLarge { .. })
     ));
 }
@@ -144,20 +152,20 @@ fn the_tolerance_may_reach_2_pow_60_nanoseconds_and_no_further() {
     assert_eq!(MAX_TOLERANCE_NANOS, 1 << 60);
     let max = MAX_TOLERANCE_NANOS;
     // By the period...
-    let q = Quota::new(0, 1, Duration::from_nanos(max)).unwrap();
+    let q = Quota::from_cl_throttle_period(0, 1, Duration::from_nanos(max)).unwrap();
     assert_eq!(q.tolerance(), Duration::from_nanos(max));
     assert_eq!(
-        Quota::new(0, 1, Duration::from_nanos(max + 1)),
+        Quota::from_cl_throttle_period(0, 1, Duration::from_nanos(max + 1)),
         Err(Error::ToleranceTooLarge {
             tolerance_nanos: u128::from(max) + 1,
             max_nanos: max
         })
     );
     // ... by the limit at 1 ns per action ...
-    let q = Quota::new(max - 1, 1, Duration::from_nanos(1)).unwrap();
+    let q = Quota::from_cl_throttle_period(max - 1, 1, Duration::from_nanos(1)).unwrap();
     assert_eq!(q.limit(), max);
     assert_eq!(
-        Quota::new(max, 1, Duration::from_nanos(1)),
+        Quota::from_cl_throttle_period(max, 1, Duration::from_nanos(1)),
         Err(Error::ToleranceTooLarge {
             tolerance_nanos: u128::from(max) + 1,
             max_nanos: max
@@ -247,7 +255,7 @@ fn negative_cl_throttle_integers_are_errors_naming_the_argument() {
 #[test]
 fn a_period_of_duration_max_is_an_error_unless_the_count_brings_it_back_in_range() {
     assert!(matches!(
-        Quota::new(0, 1, Duration::MAX),
+        Quota::from_cl_throttle_period(0, 1, Duration::MAX),
         Err(Error::ToleranceTooLarge { .. })
     ));
     assert!(matches!(
@@ -255,7 +263,7 @@ fn a_period_of_duration_max_is_an_error_unless_the_count_brings_it_back_in_range
         Err(Error::ToleranceTooLarge { .. })
     ));
     // (2^64 - 1) s + 999,999,999 ns over 2^64 - 1 actions: exactly 1 s per action, a sane rate.
-    let q = Quota::new(0, u64::MAX, Duration::MAX).unwrap();
+    let q = Quota::from_cl_throttle_period(0, u64::MAX, Duration::MAX).unwrap();
     assert_eq!(q.emission_interval(), secs(1));
 }
 
@@ -303,9 +311,9 @@ fn random_quota_arguments_give_a_quota_or_the_right_typed_error_never_a_panic() 
                 rng.below(S) as u32
             },
         );
-        let got = Quota::new(b, c, period);
+        let got = Quota::from_cl_throttle_period(b, c, period);
         let expected = interval_and_limit(expect::new(b, c, period));
-        let ctx = format!("case {i}: Quota::new({b}, {c}, {period:?})");
+        let ctx = format!("case {i}: Quota::from_cl_throttle_period({b}, {c}, {period:?})");
         match (&got, &expected) {
             (Ok(q), Ok((t, limit))) => {
                 assert_eq!(q.emission_interval(), Duration::from_nanos(*t), "{ctx}");
@@ -384,11 +392,12 @@ fn error_messages_say_what_was_wrong_and_the_bounds() {
         &["2000000001", "2s", "1 ns", "2000000000"],
     );
     says(
-        Quota::new(u64::MAX, 1, secs(1)).unwrap_err(),
+        Quota::from_cl_throttle_period(u64::MAX, 1, secs(1)).unwrap_err(),
         &["max_burst", &u64::MAX.to_string()],
     );
     says(
-        Quota::new(0, 1, Duration::from_nanos(MAX_TOLERANCE_NANOS + 1)).unwrap_err(),
+        Quota::from_cl_throttle_period(0, 1, Duration::from_nanos(MAX_TOLERANCE_NANOS + 1))
+            .unwrap_err(),
         &["1152921504606846977", "1152921504606846976", "36.5 years"],
     );
     says(

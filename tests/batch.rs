@@ -15,7 +15,10 @@ fn pair<K: std::hash::Hash + ?Sized>(
     when_full: WhenFull,
     seed: u64,
 ) -> [Limiter<K, ManualClock>; 2] {
-    let quota = Quota::new(2, 1, Duration::from_millis(10)).unwrap();
+    let quota = Quota::per_period(1, Duration::from_millis(10))
+        .unwrap()
+        .with_limit(3)
+        .unwrap();
     std::array::from_fn(|_| {
         Limiter::builder(quota)
             .capacity(capacity)
@@ -79,7 +82,7 @@ fn a_batch_decides_exactly_as_single_checks_in_order() {
 #[test]
 fn past_the_look_ahead_a_batch_decides_exactly_as_single_checks_in_order() {
     // Limit 2, one unit a second back: every key charged in this test stays in debt.
-    let quota = Quota::new(1, 1, Duration::from_secs(1)).unwrap();
+    let quota = Quota::per_second(1).unwrap().with_limit(2).unwrap();
     let build = |growable: bool, when_full: WhenFull| {
         let builder = Limiter::<u64>::builder(quota)
             .when_full(when_full)

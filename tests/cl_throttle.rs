@@ -86,7 +86,10 @@ impl Cell {
                 );
                 funnel.check_n_at(quantity, now)
             }
-            Via::Limiter => self.limiter.throttle_at(key, &quota, quantity, now),
+            Via::Limiter => self
+                .limiter
+                .with_quota(quota)
+                .check_n_at(key, quantity, now),
             Via::Replay => unreachable!(),
         };
         (d.to_cl_throttle(), Some(d))
@@ -511,7 +514,7 @@ fn random_cl_quota(rng: &mut Rng) -> AnyQuota {
 }
 
 /// Any period in nanoseconds (sub-microsecond to minutes, most of them sub-second), through
-/// `Quota::new` with a `Duration`.
+/// `Quota::from_cl_throttle_period` (the period as a `Duration`).
 fn random_duration_quota(rng: &mut Rng) -> AnyQuota {
     let period_ns = match rng.below(4) {
         0 => rng.between(1, 10_000),
@@ -521,7 +524,8 @@ fn random_duration_quota(rng: &mut Rng) -> AnyQuota {
     };
     let count = rng.between(1, period_ns.min(5000));
     let max_burst = rng.between(0, 50);
-    let quota = Quota::new(max_burst, count, Duration::from_nanos(period_ns)).unwrap();
+    let quota =
+        Quota::from_cl_throttle_period(max_burst, count, Duration::from_nanos(period_ns)).unwrap();
     let model = ModelQuota::per(i128::from(max_burst) + 1, count.into(), period_ns.into());
     AnyQuota {
         quota,
@@ -646,7 +650,7 @@ fn fixed_quota_sequence(seed: u64, quota: fn(&mut Rng) -> AnyQuota, steps: usize
         let by_limiter = if k == 0 && rng.chance(1, 2) {
             limiter.check_n_at(key, n, at)
         } else {
-            limiter.throttle_at(key, &q.quota, n, at)
+            limiter.with_quota(q.quota).check_n_at(key, n, at)
         };
         assert_matches_model(&by_limiter, expected, &q, n, now, before, after, &ctx);
         let by_funnel = funnels[k].check_n_at(n, at);
@@ -716,7 +720,10 @@ fn changing_the_quota_between_calls_keeps_the_debt_as_the_model_does() {
             let before = model.tat(key.as_bytes(), now.into());
             let expected = model.throttle(key.as_bytes(), now.into(), q.model, n.into());
             let after = model.tat(key.as_bytes(), now.into());
-            let d = limiter.throttle_at(key, &q.quota, n, Timestamp::from_nanos(now).unwrap());
+            let d =
+                limiter
+                    .with_quota(q.quota)
+                    .check_n_at(key, n, Timestamp::from_nanos(now).unwrap());
             assert_matches_model(&d, expected, &q, n, now, before, after, &ctx);
             let (b, c, p) = q.cl.unwrap();
             let out = replay.line(format!("{now} {key} {b} {c} {p} {n}").as_bytes());

@@ -10,14 +10,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
-use std::time::Duration;
 
 use funnel::clock::ManualClock;
 use funnel::{Limiter, Quota, WhenFull};
 
 /// Limit 5 an hour: with the clock frozen, a key admits exactly 5 requests, ever.
 fn quota() -> Quota {
-    let q = Quota::new(4, 1, Duration::from_secs(3600)).unwrap();
+    let q = Quota::per_hour(1).unwrap().with_limit(5).unwrap();
     assert_eq!(q.limit(), 5);
     q
 }

@@ -47,7 +47,10 @@ fn rss() -> u64 {
 /// 1,000 per second with bursts of 10,000: T = 1 ms, tolerance 10 s. A flood key owes 1 ms;
 /// the limited key, having spent its burst, owes 10 s.
 fn quota() -> Quota {
-    Quota::new(9_999, 1_000, Duration::from_secs(1)).unwrap()
+    Quota::per_second(1_000)
+        .unwrap()
+        .with_limit(10_000)
+        .unwrap()
 }
 
 /// What one flood thread saw.

@@ -10,7 +10,6 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::thread;
-use std::time::Duration;
 
 use funnel::clock::ManualClock;
 use funnel::{Clock, Funnel, Limiter, Quota, Timestamp};
@@ -44,7 +43,7 @@ fn hammer(threads: usize, attempt: impl Fn(usize, u64) -> u64 + Sync) -> u64 {
 fn quotas() -> [Quota; 2] {
     [
         Quota::per_second(10).unwrap(),
-        Quota::new(9, 3, Duration::from_secs(1)).unwrap(),
+        Quota::per_second(3).unwrap().with_limit(10).unwrap(),
     ]
 }
 

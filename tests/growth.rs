@@ -19,7 +19,7 @@ use funnel_testkit::Rng;
 
 /// 1 per hour, bursts of 3: on a frozen clock, three admissions per key and never a fourth.
 fn quota() -> Quota {
-    Quota::new(2, 1, Duration::from_secs(3600)).unwrap()
+    Quota::per_hour(1).unwrap().with_limit(3).unwrap()
 }
 
 fn growable(initial: usize, max: usize) -> Limiter<u64, ManualClock> {

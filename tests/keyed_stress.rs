@@ -40,7 +40,7 @@ const T: u64 = 333_333_333;
 const STEPS: [u64; 5] = [0, 1, 3, 5, 8];
 
 fn quota() -> Quota {
-    let q = Quota::new(LIMIT - 1, 3, Duration::from_secs(1)).unwrap();
+    let q = Quota::per_second(3).unwrap().with_limit(LIMIT).unwrap();
     assert_eq!(
         (q.limit(), q.emission_interval()),
         (LIMIT, Duration::from_nanos(T))

@@ -125,21 +125,21 @@ fn check_n_charges_n_units_at_once_and_never_passes_a_cost_above_the_limit() {
 }
 
 #[test]
-fn throttle_takes_its_quota_per_call_and_the_key_keeps_its_debt_across_quota_changes() {
+fn with_quota_takes_its_quota_per_call_and_the_key_keeps_its_debt_across_quota_changes() {
     let (limiter, _) = limiter::<str>(64, WhenFull::Evict);
     // 5 of 10 at 100 ms each: TAT = now + 500 ms.
     assert!(limiter.check_n("k", 5).is_allowed());
 
     // 1 per second, bursts of 2: the 500 ms of debt is half a unit of this quota.
-    let slow = Quota::new(1, 1, Duration::from_secs(1)).unwrap();
-    let d = limiter.throttle("k", &slow, 1);
+    let slow = Quota::per_second(1).unwrap().with_limit(2).unwrap();
+    let d = limiter.with_quota(slow).check_n("k", 1);
     assert!(d.is_allowed());
     assert_eq!(d.reset_after(), Duration::from_millis(1500));
     assert_eq!((d.limit(), d.remaining()), (2, 0));
 
     // A stricter quota sees all 1.5 s of debt: limited for 1.5 s, and nothing written.
     let strict = Quota::per_second(1).unwrap();
-    let d = limiter.throttle("k", &strict, 1);
+    let d = limiter.with_quota(strict).check_n("k", 1);
     assert_eq!(d.outcome(), Outcome::Limited);
     assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
 
@@ -157,7 +157,9 @@ fn the_at_variants_decide_at_the_callers_time_not_the_clocks() {
     assert!(limiter.check_n_at(&1, 10, at(5 * S)).is_allowed());
     assert!(!limiter.check_at(&1, at(5 * S)).is_allowed());
     assert_eq!(limiter.peek_at(&1, at(5 * S + 300 * MS)).remaining(), 3);
-    let d = limiter.throttle_at(&1, &ten_per_second(), 3, at(5 * S + 300 * MS));
+    let d = limiter
+        .with_quota(ten_per_second())
+        .check_n_at(&1, 3, at(5 * S + 300 * MS));
     assert!(d.is_allowed());
     assert_eq!(d.remaining(), 0);
     // The same calls on the clock see the debt long gone.
@@ -210,7 +212,7 @@ fn a_denied_request_writes_nothing() {
     // A new key whose first request is denied is not created.
     let strict = Quota::per_second(1).unwrap();
     assert_eq!(
-        limiter.throttle("new", &strict, 2).outcome(),
+        limiter.with_quota(strict).check_n("new", 2).outcome(),
         Outcome::CostExceedsLimit
     );
     assert_eq!(limiter.len(), 1);
@@ -318,7 +320,10 @@ fn full_bucket(when_full: WhenFull) -> (Limiter<u64, ManualClock>, ManualClock, 
     let slots = limiter.capacity() as u64;
     let deep = ten_per_second().with_limit(10 * slots).unwrap();
     for key in 1..=slots {
-        assert!(limiter.throttle(&key, &deep, 10 * key).is_allowed());
+        assert!(limiter
+            .with_quota(deep)
+            .check_n(&key, 10 * key)
+            .is_allowed());
     }
     assert_eq!(limiter.len(), limiter.capacity());
     (limiter, clock, deep)
@@ -412,7 +417,10 @@ fn when_full_evict_replaces_the_least_indebted_funnel_and_counts_it() {
             owed,
             "key {key} kept its debt"
         );
-        assert!(!limiter.throttle(&key, &deep, deep.limit()).is_allowed());
+        assert!(!limiter
+            .with_quota(deep)
+            .check_n(&key, deep.limit())
+            .is_allowed());
     }
     assert_eq!(limiter.len(), limiter.capacity());
     limiter.check_invariants().unwrap();

@@ -49,7 +49,13 @@ fn a_peek_answers_under_the_live_quota_and_charges_nothing() {
     assert_eq!(live.limiter().len(), 1, "a peek created a key");
     let now = live.limiter().now();
     assert_eq!(live.peek_at("k", now), d);
-    assert_eq!(live.peek_with("vip:ada", premium).remaining(), 80);
+    let vip = "vip:ada";
+    assert_eq!(
+        live.with_quota(premium(vip, live.quota()))
+            .peek(vip)
+            .remaining(),
+        80
+    );
 }
 
 #[test]
@@ -73,15 +79,17 @@ fn a_refund_gives_back_units_of_the_live_quota_not_of_the_built_one() {
 #[test]
 fn a_premium_key_refunds_and_reserves_under_its_own_quota() {
     let live = live();
-    assert!(live.check_with("vip:ada", 80, premium).is_allowed());
-    assert!(!live.check_with("vip:ada", 1, premium).is_allowed());
-    assert!(live.refund_with("vip:ada", 5, premium));
-    assert_eq!(live.peek_with("vip:ada", premium).remaining(), 5);
-    let r = live.reserve_with("vip:ada", 5, premium);
+    let vip = "vip:ada";
+    let own = || live.with_quota(premium(vip, live.quota()));
+    assert!(own().check_n(vip, 80).is_allowed());
+    assert!(!own().check_n(vip, 1).is_allowed());
+    assert!(own().refund(vip, 5));
+    assert_eq!(own().peek(vip).remaining(), 5);
+    let r = own().reserve(vip, 5);
     assert!(r.is_allowed());
     assert_eq!(r.quota().limit(), 80);
-    assert_eq!(live.settle("vip:ada", &r, 2), Settled::Refunded);
-    assert_eq!(live.peek_with("vip:ada", premium).remaining(), 3);
+    assert_eq!(live.settle(vip, r, 2), Ok(Settled::Refunded));
+    assert_eq!(own().peek(vip).remaining(), 3);
     // The same key under the default quota would have been over its limit all along.
     assert!(!live.peek("vip:ada").is_allowed());
 }
@@ -98,17 +106,17 @@ fn a_reservation_is_settled_under_the_quota_it_was_reserved_under_after_a_change
     // 1.5 s of debt is 15 units now.
     assert_eq!(live.peek("k").remaining(), 5);
     // Settling 2 gives back the 4 unused units as the 1 s they took, not as 4 × 100 ms.
-    assert_eq!(live.settle("k", &r, 2), Settled::Refunded);
+    assert_eq!(live.settle("k", r, 2), Ok(Settled::Refunded));
     assert_eq!(live.peek("k").reset_after(), Duration::from_millis(500));
     assert_eq!(live.peek("k").remaining(), 15);
     // Settling more charges the extra at the reservation's rate too.
     let r = live.reserve("j", 1); // 100 ms
     live.set_quota(live_quota()); // 250 ms a unit from now on
-    assert_eq!(live.settle("j", &r, 4), Settled::Charged); // 3 more at 100 ms
+    assert_eq!(live.settle("j", r, 4), Ok(Settled::Charged)); // 3 more at 100 ms
     assert_eq!(live.peek("j").reset_after(), Duration::from_millis(400));
     let now = live.limiter().now();
     let r = live.reserve_at("j", 1, now); // 250 ms
-    assert_eq!(live.settle_at("j", &r, 1, now), Settled::Exact);
+    assert_eq!(live.settle_at("j", r, 1, now), Ok(Settled::Exact));
     assert_eq!(live.peek("j").reset_after(), Duration::from_millis(650));
 }
 
@@ -118,12 +126,12 @@ fn a_refund_at_the_charges_own_quota_gives_back_exactly_its_time_across_a_change
     let charged_under = live.quota();
     let now = live.limiter().now();
     assert!(live
-        .limiter()
-        .throttle_at("k", &charged_under, 4, now)
+        .with_quota(charged_under)
+        .check_n_at("k", 4, now)
         .is_allowed());
     live.set_quota(Quota::per_second(1).unwrap().with_limit(2).unwrap());
     // 2 units of the quota charged under: 500 ms of the 1 s charged.
-    assert!(live.refund_at("k", &charged_under, 2, now));
+    assert!(live.with_quota(charged_under).refund_at("k", 2, now));
     assert_eq!(live.peek("k").reset_after(), Duration::from_millis(500));
     // 1 unit of the live quota is a whole second: more than is left.
     assert!(live.refund("k", 1));

@@ -20,7 +20,10 @@ const MS: u64 = 1_000_000;
 /// 5 at 2,000/s, 3 at 4,000/s, 8 at 1,000/s.
 fn quotas() -> [(Quota, ModelQuota); 3] {
     [(4, 2_000), (2, 4_000), (7, 1_000)].map(|(burst, count)| {
-        let q = Quota::new(burst, count, Duration::from_secs(1)).unwrap();
+        let q = Quota::per_second(count)
+            .unwrap()
+            .with_limit(burst + 1)
+            .unwrap();
         let m = ModelQuota::per(i128::from(burst) + 1, i128::from(count), 1_000_000_000);
         assert_eq!(q.emission_interval().as_nanos() as i128, m.t);
         (q, m)

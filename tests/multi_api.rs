@@ -21,8 +21,7 @@ fn a_denial_names_its_entry_and_leaves_every_limit_as_it_was() {
         let now = limiters[0].now();
         assert!(limiters[entries - 2].check(&7).is_allowed());
         let costs: Vec<_> = limiters.iter().map(|l| l.cost(&7, 1)).collect();
-        let refs: Vec<&dyn Charge> = costs.iter().map(|c| c as &dyn Charge).collect();
-        let d = check_all(&refs, now);
+        let d = check_all(&costs, now);
         assert_eq!(d.denied_by(), Some(entries - 2), "{entries} entries");
         assert_eq!(d.decisions().len(), entries);
         for (i, decision) in d.decisions().iter().enumerate() {
@@ -54,7 +53,7 @@ fn an_admission_charges_every_entry_and_reports_the_strictest() {
     let remaining: Vec<u64> = d.decisions().iter().map(|d| d.remaining()).collect();
     assert_eq!(remaining, [4, 1, 8]);
     assert_eq!(d.strictest().map(|d| d.remaining()), Some(1));
-    assert!(check_all(&[], now).is_allowed());
+    assert!(check_all::<&dyn Charge>(&[], now).is_allowed());
 }
 
 #[test]

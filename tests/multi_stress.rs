@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use std::thread;
 
 use funnel::clock::ManualClock;
-use funnel::{check_all, Limiter, Quota};
+use funnel::{check_all, Charge, Limiter, Quota};
 use rng::Rng;
 
 const THREADS: usize = 4;
@@ -56,11 +56,13 @@ fn request(limits: &Limits, user: u64, route_first: bool) -> bool {
     let now = limits.users.now();
     let user = limits.users.cost(&user, 1);
     let route = limits.routes.cost(ROUTE, 1);
-    let d = if route_first {
-        check_all(&[&route, &user], now)
+    // Limiters of two key types: `&dyn Charge` entries.
+    let entries: [&dyn Charge; 2] = if route_first {
+        [&route, &user]
     } else {
-        check_all(&[&user, &route], now)
+        [&user, &route]
     };
+    let d = check_all(&entries, now);
     assert_eq!(d.decisions().len(), 2);
     d.is_allowed()
 }
@@ -181,7 +183,9 @@ fn on_a_moving_clock_rollbacks_keep_the_route_within_its_rate() {
                 while began.elapsed() < RUN {
                     i = (i + 7) % USERS;
                     let now = routes.now();
-                    let d = check_all(&[&routes.cost(ROUTE, 1), &users.cost(&i, 1)], now);
+                    let (route, user) = (routes.cost(ROUTE, 1), users.cost(&i, 1));
+                    let entries: [&dyn Charge; 2] = [&route, &user];
+                    let d = check_all(&entries, now);
                     if d.is_allowed() {
                         // Relaxed: read after the scope joins.
                         admitted.fetch_add(1, Ordering::Relaxed);

@@ -79,7 +79,7 @@ impl Tally {
 
 /// Runs one key's requests `(time, units)` through both.
 fn compare(limit: u64, window: u64, requests: &[(u64, u64)]) -> Tally {
-    let q = SlidingWindowQuota::new(limit, Duration::from_nanos(window)).unwrap();
+    let q = SlidingWindowQuota::per_period(limit, Duration::from_nanos(window)).unwrap();
     let counter = SlidingWindow::with_clock(q, ManualClock::new());
     let mut log = Log::new(limit, window);
     let mut tally = Tally::default();

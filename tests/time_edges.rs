@@ -149,7 +149,7 @@ fn deciding_at_timestamp_max_with_the_largest_tolerance_does_not_overflow() {
     let max = MAX_TOLERANCE_NANOS;
     let max_secs_rounded = (max / S + 1) as i64; // 1,152,921,504.606... s rounds up
                                                  // One action per 2^60 ns.
-    let both = Both::new(Quota::new(0, 1, Duration::from_nanos(max)).unwrap());
+    let both = Both::new(Quota::per_period(1, Duration::from_nanos(max)).unwrap());
     let d = both.check(1, Timestamp::MAX);
     assert!(d.is_allowed());
     assert_eq!(d.reset_after(), Duration::from_nanos(max));
@@ -164,7 +164,12 @@ fn deciding_at_timestamp_max_with_the_largest_tolerance_does_not_overflow() {
     assert_eq!(both.check(0, Timestamp::MAX).remaining(), 0);
 
     // 2^60 actions of 1 ns each, all at once, at the end of time.
-    let both = Both::new(Quota::new(max - 1, 1, Duration::from_nanos(1)).unwrap());
+    let both = Both::new(
+        Quota::per_period(1, Duration::from_nanos(1))
+            .unwrap()
+            .with_limit(max)
+            .unwrap(),
+    );
     let d = both.check(max, Timestamp::MAX);
     assert!(d.is_allowed());
     assert_eq!(d.reset_after(), Duration::from_nanos(max));

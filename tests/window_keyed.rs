@@ -50,8 +50,8 @@ fn same_as_single_key<W>(
 #[test]
 fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
     for seed in 0..20 {
-        let q = FixedWindowQuota::new(5, Duration::from_secs(2)).unwrap();
-        let limiter = Limiter::<u64, _, _>::fixed_window(q)
+        let q = FixedWindowQuota::per_period(5, Duration::from_secs(2)).unwrap();
+        let limiter = Limiter::<u64>::fixed_window(q)
             .capacity(64)
             .build()
             .unwrap();
@@ -70,8 +70,8 @@ fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
 #[test]
 fn a_keyed_sliding_window_answers_as_each_keys_own_counter() {
     for seed in 0..20 {
-        let q = SlidingWindowQuota::new(5, Duration::from_secs(2)).unwrap();
-        let limiter = Limiter::<u64, _, _>::sliding_window(q)
+        let q = SlidingWindowQuota::per_period(5, Duration::from_secs(2)).unwrap();
+        let limiter = Limiter::<u64>::sliding_window(q)
             .capacity(64)
             .build()
             .unwrap();
@@ -93,14 +93,14 @@ fn a_keyed_sliding_window_answers_as_each_keys_own_counter() {
 fn threads_admit_exactly_the_limit_per_key_and_window() {
     const THREADS: usize = 4;
     const KEYS: u64 = 200;
-    let fixed = FixedWindowQuota::new(3, Duration::from_secs(10)).unwrap();
-    let sliding = SlidingWindowQuota::new(3, Duration::from_secs(10)).unwrap();
+    let fixed = FixedWindowQuota::per_period(3, Duration::from_secs(10)).unwrap();
+    let sliding = SlidingWindowQuota::per_period(3, Duration::from_secs(10)).unwrap();
     let clock = ManualClock::new();
-    let f = Limiter::<u64, _, _>::fixed_window(fixed)
+    let f = Limiter::<u64>::fixed_window(fixed)
         .clock(clock.clone())
         .build()
         .unwrap();
-    let s = Limiter::<u64, _, _>::sliding_window(sliding)
+    let s = Limiter::<u64>::sliding_window(sliding)
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -163,9 +163,9 @@ fn threads_admit_exactly_the_limit_per_key_and_window() {
 /// without evicting any that could still answer differently from an absent one.
 #[test]
 fn a_key_whose_windows_have_passed_gives_its_slot_to_a_new_key() {
-    let q = FixedWindowQuota::new(1, Duration::from_secs(1)).unwrap();
+    let q = FixedWindowQuota::per_second(1).unwrap();
     let clock = ManualClock::new();
-    let limiter = Limiter::<u64, _, _>::fixed_window(q)
+    let limiter = Limiter::<u64>::fixed_window(q)
         .capacity(70)
         .clock(clock.clone())
         .build()
@@ -187,8 +187,8 @@ fn a_key_whose_windows_have_passed_gives_its_slot_to_a_new_key() {
 
 #[test]
 fn a_growable_sliding_window_table_keeps_every_count_through_its_growths() {
-    let q = SlidingWindowQuota::new(2, Duration::from_secs(60)).unwrap();
-    let limiter = Limiter::<u64, _, _>::sliding_window(q)
+    let q = SlidingWindowQuota::per_minute(2).unwrap();
+    let limiter = Limiter::<u64>::sliding_window(q)
         .capacity(100)
         .max_capacity(1 << 20)
         .clock(ManualClock::new())
@@ -209,8 +209,8 @@ fn a_growable_sliding_window_table_keeps_every_count_through_its_growths() {
 
 #[test]
 fn a_reset_key_starts_a_fresh_window() {
-    let q = FixedWindowQuota::new(1, Duration::from_secs(60)).unwrap();
-    let limiter = Limiter::<str, _, _>::fixed_window(q)
+    let q = FixedWindowQuota::per_minute(1).unwrap();
+    let limiter = Limiter::<str>::fixed_window(q)
         .clock(ManualClock::new())
         .build()
         .unwrap();
@@ -227,8 +227,8 @@ fn a_window_decision_reports_its_exact_remaining_units_in_cl_throttle_form() {
     // encoding is not an emission interval, so redis-cell's microsecond rounding must not
     // apply to it).
     let clock = ManualClock::starting_at(Timestamp::from_nanos(999_000_000).unwrap());
-    let quota = FixedWindowQuota::new(1_000, Duration::from_secs(1)).unwrap();
-    let limiter = Limiter::<u64, _, _>::fixed_window(quota)
+    let quota = FixedWindowQuota::per_second(1_000).unwrap();
+    let limiter = Limiter::<u64>::fixed_window(quota)
         .clock(clock)
         .build()
         .unwrap();
@@ -243,9 +243,9 @@ fn a_window_decision_reports_its_exact_remaining_units_in_cl_throttle_form() {
 fn the_longest_sliding_window_decides_without_overflow() {
     // A window of 2^62 ns (the longest a limit of 1 allows): the first request's state is
     // fresh again after two windows, 2^63 ns.
-    let quota = SlidingWindowQuota::new(1, Duration::from_nanos(1 << 62)).unwrap();
+    let quota = SlidingWindowQuota::per_period(1, Duration::from_nanos(1 << 62)).unwrap();
     let single = SlidingWindow::with_clock(quota, ManualClock::new());
-    let keyed = Limiter::<u64, _, _>::sliding_window(quota)
+    let keyed = Limiter::<u64>::sliding_window(quota)
         .clock(ManualClock::new())
         .build()
         .unwrap();

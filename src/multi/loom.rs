@@ -23,7 +23,10 @@ fn now() -> Timestamp {
 
 /// A quota of burst capacity `limit`, one unit leaking back every `T` ns.
 fn quota(limit: u64) -> Quota {
-    Quota::new(limit - 1, 1, Duration::from_nanos(T)).unwrap()
+    Quota::per_period(1, Duration::from_nanos(T))
+        .unwrap()
+        .with_limit(limit)
+        .unwrap()
 }
 
 /// A limiter of one bucket (four slots under loom) on a frozen clock.
@@ -119,11 +122,11 @@ fn concurrent_settles_leave_exactly_the_actual_costs() {
     model(|| {
         let users = limiter::<u64>(3);
         let reserve_and_settle = |users: &Limiter<u64, ManualClock>, actual: u64| {
-            let r = users.reserve_at(&1, &quota(3), 2, now());
+            let r = users.with_quota(quota(3)).reserve_at(&1, 2, now());
             if !r.is_allowed() {
                 return 0;
             }
-            users.settle_at(&1, &r, actual, now());
+            users.settle_at(&1, r, actual, now()).unwrap();
             actual
         };
         let other = {
@@ -146,8 +149,14 @@ fn a_live_quota_is_never_read_torn() {
     // Distinct intervals and limits, so a mix of two shows.
     let quotas = [
         quota(1),
-        Quota::new(1, 1, Duration::from_nanos(2 * T)).unwrap(),
-        Quota::new(2, 1, Duration::from_nanos(3 * T)).unwrap(),
+        Quota::per_period(1, Duration::from_nanos(2 * T))
+            .unwrap()
+            .with_limit(2)
+            .unwrap(),
+        Quota::per_period(1, Duration::from_nanos(3 * T))
+            .unwrap()
+            .with_limit(3)
+            .unwrap(),
     ];
     model(move || {
         let cell = Arc::new(LiveQuota::new(quotas[0]));
@@ -200,7 +209,7 @@ fn a_refund_racing_charges_leaves_exactly_the_admitted_charges_minus_the_refund(
         };
         let (admitted, refunded) = if users.check_at(&1, now()).is_allowed() {
             assert!(
-                users.refund_at(&1, &quota(2), 1, now()),
+                users.with_quota(quota(2)).refund_at(&1, 1, now()),
                 "a refund found nothing to give back although its own charge was in place"
             );
             (1, 1)
@@ -229,7 +238,7 @@ fn a_refund_larger_than_the_funnel_stops_at_a_fresh_funnel() {
         assert!(users.check_at(&1, now()).is_allowed());
         let refund = {
             let users = users.clone();
-            thread::spawn(move || users.refund_at(&1, &quota(2), 3, now()))
+            thread::spawn(move || users.with_quota(quota(2)).refund_at(&1, 3, now()))
         };
         let charge = users.check_at(&1, now());
         assert!(charge.is_allowed(), "a limit of 2 holds 1 and 1 more");

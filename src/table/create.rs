@@ -479,7 +479,7 @@ mod tests {
                 bind_at(&table, b, i, 1_000);
             }
         }
-        let quota = Quota::new(0, 1, Duration::from_nanos(1)).unwrap();
+        let quota = Quota::per_period(1, Duration::from_nanos(1)).unwrap();
         // Both buckets full of keys in debt: the least indebted live one is the victim.
         assert!(matches!(
             table.place(&home(0, 1), 500, &quota),
@@ -513,7 +513,7 @@ mod tests {
     #[test]
     fn a_slot_never_bound_is_taken_before_a_recovered_key_in_the_other_bucket() {
         let table = recovered_beside_one_empty();
-        let quota = Quota::new(0, 1, Duration::from_nanos(1)).unwrap();
+        let quota = Quota::per_period(1, Duration::from_nanos(1)).unwrap();
         // Either bucket first: the empty slot of bucket 1 wins over bucket 0's seven
         // recovered keys, which keep their slots.
         for home in [home(0, 1), home(1, 0)] {
@@ -530,7 +530,7 @@ mod tests {
         let table = recovered_beside_one_empty();
         bind_at(&table, 1, 0, 1_000);
         // Bucket 1 now has no free slot at all, and bucket 0 seven recovered ones.
-        let quota = Quota::new(0, 1, Duration::from_nanos(1)).unwrap();
+        let quota = Quota::per_period(1, Duration::from_nanos(1)).unwrap();
         let Placement::Free(v) = table.place(&home(1, 0), 500, &quota) else {
             panic!("bucket 0 has recovered slots");
         };

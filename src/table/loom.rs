@@ -84,7 +84,10 @@ fn thread_name() -> String {
 
 /// A quota of burst capacity `limit` leaking one unit every `t` ns.
 pub(super) fn quota(limit: u64, t: u64) -> Quota {
-    Quota::new(limit - 1, 1, Duration::from_nanos(t)).unwrap()
+    Quota::per_period(1, Duration::from_nanos(t))
+        .unwrap()
+        .with_limit(limit)
+        .unwrap()
 }
 
 /// A table of one bucket or two (buckets hold 4 slots under loom).

@@ -32,6 +32,7 @@ mod create;
 mod cuckoo;
 mod grow;
 mod huge;
+#[cfg(any(test, feature = "invariants"))]
 mod invariants;
 mod lookup;
 mod moves;

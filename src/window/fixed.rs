@@ -19,9 +19,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{decision, update, validate, WindowError};
+use super::{decision, update, validate};
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::{Decision, Outcome};
+use crate::error::Error;
 
 const COUNT_BITS: u32 = 22;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -34,15 +35,16 @@ const MIN_WINDOW: Duration = Duration::from_millis(4);
 ///
 /// ```
 /// use std::time::Duration;
-/// use funnel::window::{FixedWindowQuota, WindowError};
+/// use funnel::{window::FixedWindowQuota, Error};
 ///
-/// let q = FixedWindowQuota::new(100, Duration::from_secs(60))?;
+/// let q = FixedWindowQuota::per_minute(100)?;
 /// assert_eq!((q.limit(), q.window()), (100, Duration::from_secs(60)));
+/// assert_eq!(FixedWindowQuota::per_period(5, Duration::from_millis(250))?.limit(), 5);
 /// assert!(matches!(
-///     FixedWindowQuota::new(1 << 22, Duration::from_secs(1)),
-///     Err(WindowError::LimitTooLarge { max: 4_194_303, .. })
+///     FixedWindowQuota::per_period(1 << 22, Duration::from_secs(1)),
+///     Err(Error::WindowLimitTooLarge { max: 4_194_303, .. })
 /// ));
-/// # Ok::<(), WindowError>(())
+/// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FixedWindowQuota {
@@ -52,14 +54,41 @@ pub struct FixedWindowQuota {
 }
 
 impl FixedWindowQuota {
+    /// `limit` units per second.
+    ///
+    /// # Errors
+    ///
+    /// As [`per_period`](Self::per_period).
+    pub fn per_second(limit: u64) -> Result<FixedWindowQuota, Error> {
+        Self::per_period(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` units per minute.
+    ///
+    /// # Errors
+    ///
+    /// As [`per_period`](Self::per_period).
+    pub fn per_minute(limit: u64) -> Result<FixedWindowQuota, Error> {
+        Self::per_period(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` units per hour.
+    ///
+    /// # Errors
+    ///
+    /// As [`per_period`](Self::per_period).
+    pub fn per_hour(limit: u64) -> Result<FixedWindowQuota, Error> {
+        Self::per_period(limit, Duration::from_secs(3600))
+    }
+
     /// `limit` units per `window`.
     ///
     /// # Errors
     ///
-    /// [`WindowError::ZeroLimit`]; [`WindowError::LimitTooLarge`] above 4,194,303 (22 bits);
-    /// [`WindowError::WindowTooShort`] under 4 ms; [`WindowError::WindowTooLong`] when
-    /// `window * limit` exceeds 2^62 ns.
-    pub fn new(limit: u64, window: Duration) -> Result<FixedWindowQuota, WindowError> {
+    /// [`Error::ZeroLimit`]; [`Error::WindowLimitTooLarge`] above 4,194,303 (22 bits);
+    /// [`Error::WindowTooShort`] under 4 ms; [`Error::WindowTooLong`] when `window * limit`
+    /// exceeds 2^62 ns.
+    pub fn per_period(limit: u64, window: Duration) -> Result<FixedWindowQuota, Error> {
         let window = validate(limit, window, COUNT_BITS, MIN_WINDOW)?;
         Ok(FixedWindowQuota { limit, window })
     }
@@ -142,7 +171,7 @@ pub(crate) fn expiry(word: u64, quota: &FixedWindowQuota) -> u64 {
 /// use funnel::{clock::ManualClock, window::{FixedWindow, FixedWindowQuota}};
 ///
 /// let clock = ManualClock::new();
-/// let w = FixedWindow::with_clock(FixedWindowQuota::new(3, Duration::from_secs(10))?, clock.clone());
+/// let w = FixedWindow::with_clock(FixedWindowQuota::per_period(3, Duration::from_secs(10))?, clock.clone());
 /// assert!((0..3).all(|_| w.check().is_allowed()));
 /// clock.advance(Duration::from_secs(4));
 /// let d = w.check();
@@ -151,7 +180,7 @@ pub(crate) fn expiry(word: u64, quota: &FixedWindowQuota) -> u64 {
 /// assert_eq!(d.reset_after(), Duration::from_secs(6));
 /// clock.advance(Duration::from_secs(6));
 /// assert_eq!(w.check().remaining(), 2);
-/// # Ok::<(), funnel::window::WindowError>(())
+/// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct FixedWindow<C = DefaultClock> {
@@ -266,7 +295,7 @@ mod tests {
             let mut s = seed;
             let limit = 1 + rng(&mut s) % 9;
             let window = 4_000_000 * (1 + rng(&mut s) % 5);
-            let q = FixedWindowQuota::new(limit, Duration::from_nanos(window)).unwrap();
+            let q = FixedWindowQuota::per_period(limit, Duration::from_nanos(window)).unwrap();
             let (mut word, mut now, mut model) = (0u64, rng(&mut s) % 10_000_000, Model::default());
             for step in 0..300 {
                 now += rng(&mut s) % (window / 2);
@@ -306,7 +335,7 @@ mod tests {
 
     #[test]
     fn up_to_twice_the_limit_passes_around_a_boundary() {
-        let q = FixedWindowQuota::new(5, Duration::from_secs(1)).unwrap();
+        let q = FixedWindowQuota::per_second(5).unwrap();
         let mut word = 0;
         let mut admitted = 0;
         for now in [999_999_999u64, 1_000_000_000] {
@@ -321,7 +350,7 @@ mod tests {
 
     #[test]
     fn time_going_backwards_keeps_the_later_window_count() {
-        let q = FixedWindowQuota::new(2, Duration::from_secs(1)).unwrap();
+        let q = FixedWindowQuota::per_second(2).unwrap();
         let (_, w) = decide(0, 5_500_000_000, &q, 2);
         let (d, w2) = decide(w.unwrap(), 4_500_000_000, &q, 1);
         assert!(!d.is_allowed());
@@ -330,7 +359,7 @@ mod tests {
 
     #[test]
     fn arbitrary_words_and_extreme_times_never_overflow() {
-        let q = FixedWindowQuota::new(COUNT_MASK, Duration::from_millis(4)).unwrap();
+        let q = FixedWindowQuota::per_period(COUNT_MASK, Duration::from_millis(4)).unwrap();
         for word in [u64::MAX, 1, COUNT_MASK, !COUNT_MASK, 1 << 63] {
             for now in [0, crate::state::MAX_TIME_NANOS] {
                 for n in [0, 1, COUNT_MASK, u64::MAX] {

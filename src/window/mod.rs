@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::decision::{Decision, Outcome};
+use crate::error::Error;
 use crate::quota::Quota;
 
 pub(crate) mod fixed;
@@ -21,59 +22,6 @@ pub(crate) mod sliding;
 
 pub use fixed::{FixedWindow, FixedWindowQuota};
 pub use sliding::{SlidingWindow, SlidingWindowQuota};
-
-/// A window quota outside what its packed word can hold: the window counters' error type, as
-/// [`Error`](crate::Error) is the funnel's (quotas, times, limiters).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WindowError {
-    /// The limit was zero.
-    ZeroLimit,
-    /// The limit does not fit the word's count field.
-    LimitTooLarge {
-        /// The limit asked for.
-        limit: u64,
-        /// The largest limit accepted.
-        max: u64,
-    },
-    /// The window is shorter than the word's window index allows over the clock's range.
-    WindowTooShort {
-        /// The window asked for.
-        window: Duration,
-        /// The shortest window accepted.
-        min: Duration,
-    },
-    /// `window * limit` exceeds 2^62 ns (the decision's arithmetic bound).
-    WindowTooLong {
-        /// The window asked for.
-        window: Duration,
-        /// The limit asked for.
-        limit: u64,
-    },
-}
-
-impl std::fmt::Display for WindowError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WindowError::ZeroLimit => write!(f, "a window's limit must be at least 1"),
-            WindowError::LimitTooLarge { limit, max } => {
-                write!(f, "a window's limit of {limit} exceeds the largest, {max}")
-            }
-            WindowError::WindowTooShort { window, min } => {
-                write!(
-                    f,
-                    "a window of {window:?} is shorter than the shortest, {min:?}"
-                )
-            }
-            WindowError::WindowTooLong { window, limit } => write!(
-                f,
-                "a window of {window:?} times a limit of {limit} exceeds 2^62 ns"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for WindowError {}
 
 /// The single-key counters' update: decides with `step` on `word`'s value and, when the step
 /// asks for a write, stores the new value if `word` still holds the one decided on; otherwise
@@ -105,23 +53,23 @@ pub(crate) fn validate(
     window: Duration,
     count_bits: u32,
     min_window: Duration,
-) -> Result<u64, WindowError> {
+) -> Result<u64, Error> {
     if limit == 0 {
-        return Err(WindowError::ZeroLimit);
+        return Err(Error::ZeroLimit);
     }
     let max = (1 << count_bits) - 1;
     if limit > max {
-        return Err(WindowError::LimitTooLarge { limit, max });
+        return Err(Error::WindowLimitTooLarge { limit, max });
     }
     if window < min_window {
-        return Err(WindowError::WindowTooShort {
+        return Err(Error::WindowTooShort {
             window,
             min: min_window,
         });
     }
     let nanos = window.as_nanos();
     if nanos.saturating_mul(u128::from(limit)) > 1 << 62 {
-        return Err(WindowError::WindowTooLong { window, limit });
+        return Err(Error::WindowTooLong { window, limit });
     }
     Ok(nanos as u64) // < 2^62: checked just above (limit >= 1)
 }

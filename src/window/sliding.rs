@@ -25,9 +25,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{decision, update, validate, WindowError};
+use super::{decision, update, validate};
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::{Decision, Outcome};
+use crate::error::Error;
 
 const COUNT_BITS: u32 = 15;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -40,15 +41,16 @@ const MIN_WINDOW: Duration = Duration::from_secs(1);
 ///
 /// ```
 /// use std::time::Duration;
-/// use funnel::window::{SlidingWindowQuota, WindowError};
+/// use funnel::{window::SlidingWindowQuota, Error};
 ///
-/// let q = SlidingWindowQuota::new(600, Duration::from_secs(60))?;
+/// let q = SlidingWindowQuota::per_minute(600)?;
+/// assert_eq!(q.window(), Duration::from_secs(60));
 /// assert_eq!(q.limit(), 600);
 /// assert!(matches!(
-///     SlidingWindowQuota::new(10, Duration::from_millis(100)),
-///     Err(WindowError::WindowTooShort { .. })
+///     SlidingWindowQuota::per_period(10, Duration::from_millis(100)),
+///     Err(Error::WindowTooShort { .. })
 /// ));
-/// # Ok::<(), WindowError>(())
+/// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SlidingWindowQuota {
@@ -58,14 +60,41 @@ pub struct SlidingWindowQuota {
 }
 
 impl SlidingWindowQuota {
+    /// `limit` units per second.
+    ///
+    /// # Errors
+    ///
+    /// As [`per_period`](Self::per_period).
+    pub fn per_second(limit: u64) -> Result<SlidingWindowQuota, Error> {
+        Self::per_period(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` units per minute.
+    ///
+    /// # Errors
+    ///
+    /// As [`per_period`](Self::per_period).
+    pub fn per_minute(limit: u64) -> Result<SlidingWindowQuota, Error> {
+        Self::per_period(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` units per hour.
+    ///
+    /// # Errors
+    ///
+    /// As [`per_period`](Self::per_period).
+    pub fn per_hour(limit: u64) -> Result<SlidingWindowQuota, Error> {
+        Self::per_period(limit, Duration::from_secs(3600))
+    }
+
     /// `limit` units per `window`.
     ///
     /// # Errors
     ///
-    /// [`WindowError::ZeroLimit`]; [`WindowError::LimitTooLarge`] above 32,767 (15 bits);
-    /// [`WindowError::WindowTooShort`] under 1 s; [`WindowError::WindowTooLong`] when
-    /// `window * limit` exceeds 2^62 ns.
-    pub fn new(limit: u64, window: Duration) -> Result<SlidingWindowQuota, WindowError> {
+    /// [`Error::ZeroLimit`]; [`Error::WindowLimitTooLarge`] above 32,767 (15 bits);
+    /// [`Error::WindowTooShort`] under 1 s; [`Error::WindowTooLong`] when `window * limit`
+    /// exceeds 2^62 ns.
+    pub fn per_period(limit: u64, window: Duration) -> Result<SlidingWindowQuota, Error> {
         let window = validate(limit, window, COUNT_BITS, MIN_WINDOW)?;
         Ok(SlidingWindowQuota { limit, window })
     }
@@ -203,7 +232,7 @@ pub(crate) fn expiry(word: u64, quota: &SlidingWindowQuota) -> u64 {
 /// use funnel::{clock::ManualClock, window::{SlidingWindow, SlidingWindowQuota}};
 ///
 /// let clock = ManualClock::new();
-/// let w = SlidingWindow::with_clock(SlidingWindowQuota::new(4, Duration::from_secs(10))?, clock.clone());
+/// let w = SlidingWindow::with_clock(SlidingWindowQuota::per_period(4, Duration::from_secs(10))?, clock.clone());
 /// assert!((0..4).all(|_| w.check().is_allowed()));
 /// // 2.5 s into the next window, the previous window's 4 weigh 4 * 7.5 / 10 = 3.
 /// clock.advance(Duration::from_millis(12_500));
@@ -212,7 +241,7 @@ pub(crate) fn expiry(word: u64, quota: &SlidingWindowQuota) -> u64 {
 /// assert_eq!(d.remaining(), 0);
 /// let d = w.check();
 /// assert_eq!(d.retry_after(), Some(Duration::from_millis(2_500))); // weight down to 2
-/// # Ok::<(), funnel::window::WindowError>(())
+/// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct SlidingWindow<C = DefaultClock> {
@@ -393,7 +422,7 @@ mod tests {
 
     #[test]
     fn arbitrary_words_and_extreme_times_never_overflow() {
-        let q = SlidingWindowQuota::new(COUNT_MASK, Duration::from_secs(1)).unwrap();
+        let q = SlidingWindowQuota::per_second(COUNT_MASK).unwrap();
         for word in [u64::MAX, 1, COUNT_MASK, !COUNT_MASK, 1 << 63, 1 << 32] {
             for now in [0, crate::state::MAX_TIME_NANOS] {
                 for n in [0, 1, COUNT_MASK, u64::MAX] {

@@ -62,9 +62,7 @@ impl Mix {
         match self {
             Mix::Allowing => Ok(QuotaKind::Allow.funnel()),
             // 10 per hour per key: the abusers are denied after their first ten requests.
-            Mix::Abusive(_) => {
-                funnel::Quota::new(9, 10, Duration::from_secs(3600)).map_err(|e| e.to_string())
-            }
+            Mix::Abusive(_) => funnel::Quota::per_hour(10).map_err(|e| e.to_string()),
         }
     }
 }

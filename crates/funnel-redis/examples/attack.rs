@@ -51,8 +51,8 @@ impl Mix {
 
     fn quota(self) -> Quota {
         match self {
-            Mix::Allowing => Quota::new(999, 1000, Duration::from_secs(3600)),
-            Mix::Abusive(_) => Quota::new(9, 10, Duration::from_secs(3600)),
+            Mix::Allowing => Quota::per_hour(1000),
+            Mix::Abusive(_) => Quota::per_hour(10),
         }
         .expect("a valid quota")
     }

@@ -146,7 +146,7 @@ mod tests {
     use super::*;
 
     fn q(max_burst: u64, count: u64, period_s: u64) -> Quota {
-        Quota::new(max_burst, count, Duration::from_secs(period_s)).unwrap()
+        Quota::from_cl_throttle_period(max_burst, count, Duration::from_secs(period_s)).unwrap()
     }
 
     #[test]

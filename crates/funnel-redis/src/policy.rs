@@ -191,7 +191,7 @@ pub(crate) fn local_share(quota: &Quota, instances: u32) -> Result<Quota, Error>
             tolerance_nanos: quota.emission_interval().as_nanos() * u128::from(n),
             max_nanos: Quota::MAX_TOLERANCE_NANOS,
         }))?;
-    Ok(Quota::new(limit - 1, 1, interval)?)
+    Ok(Quota::per_period(1, interval)?.with_limit(limit)?)
 }
 
 #[cfg(test)]
@@ -201,19 +201,19 @@ mod tests {
 
     #[test]
     fn the_local_share_divides_the_limit_and_the_rate_by_the_instances() {
-        let q = Quota::new(99, 100, Duration::from_secs(1)).unwrap(); // 100/s, limit 100
+        let q = Quota::per_second(100).unwrap(); // 100/s, limit 100
         let share = local_share(&q, 4).unwrap();
         assert_eq!(share.limit(), 25);
         assert_eq!(share.emission_interval(), Duration::from_millis(40));
         // A limit smaller than the fleet still lets one request through per instance.
-        let share = local_share(&Quota::new(1, 1, Duration::from_secs(1)).unwrap(), 8).unwrap();
+        let share = local_share(&Quota::per_second(1).unwrap().with_limit(2).unwrap(), 8).unwrap();
         assert_eq!(share.limit(), 1);
         assert_eq!(share.emission_interval(), Duration::from_secs(8));
     }
 
     #[test]
     fn each_policy_counts_its_own_answers_and_the_cause() {
-        let q = Quota::new(1, 1, Duration::from_secs(1)).unwrap();
+        let q = Quota::per_second(1).unwrap().with_limit(2).unwrap();
         let now = Timestamp::from_nanos(1_000_000_000).unwrap();
         for (policy, allowed) in [
             (OnFailure::Open, Some(true)),

@@ -26,7 +26,7 @@ fn module() -> String {
 #[ignore = "needs the redis-cell module: set REDIS_CELL_MODULE=/path/to/libredis_cell.so and run with --ignored"]
 async fn cl_throttle_answers_like_the_in_process_limiter_and_the_cache_agrees_with_it() {
     let server = RedisServer::start_with(&["--loadmodule", &module()]).expect("redis-server");
-    let quota = Quota::new(15, 30, Duration::from_secs(60)).unwrap(); // limit 16, T = 2 s
+    let quota = Quota::from_cl_throttle(15, 30, 60).unwrap(); // limit 16, T = 2 s
     let cell = |cache: usize| {
         RedisLimiter::builder(server.url(), quota)
             .backend(Backend::Cell)
@@ -42,7 +42,7 @@ async fn cl_throttle_answers_like_the_in_process_limiter_and_the_cache_agrees_wi
     for (i, &n) in costs.iter().enumerate() {
         let c = limiter.check_n("burst", n).await.unwrap();
         assert_eq!(c.source, Source::Redis, "request #{i}");
-        let expected = local.throttle_at("burst", &quota, n, instant);
+        let expected = local.check_n_at("burst", n, instant);
         assert_eq!(
             c.decision.to_cl_throttle(),
             expected.to_cl_throttle(),

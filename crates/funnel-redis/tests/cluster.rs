@@ -25,7 +25,7 @@ async fn on_cluster(cluster: &RedisCluster, quota: Quota) -> RedisLimiter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_on_a_cluster_admits_exactly_the_limit_of_keys_on_every_node() {
     let cluster = RedisCluster::start(3).expect("a 3-master cluster");
-    let quota = Quota::new(9, 1, Duration::from_secs(3600)).unwrap(); // limit 10
+    let quota = Quota::per_hour(1).unwrap().with_limit(10).unwrap(); // limit 10
     let mut fleet = Vec::new();
     for _ in 0..3 {
         fleet.push(Arc::new(on_cluster(&cluster, quota).await));
@@ -59,7 +59,7 @@ async fn a_fleet_on_a_cluster_admits_exactly_the_limit_of_keys_on_every_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_many_on_a_cluster_sends_one_pipeline_per_slot_and_decides_in_order() {
     let cluster = RedisCluster::start(3).expect("a 3-master cluster");
-    let quota = Quota::new(1, 1, Duration::from_secs(3600)).unwrap(); // limit 2
+    let quota = Quota::per_hour(1).unwrap().with_limit(2).unwrap(); // limit 2
     let l = on_cluster(&cluster, quota).await;
     let keys = ["a", "b", "c", "a", "a", "d", "b", "b"];
     // Load the script on every node first.
@@ -78,7 +78,9 @@ async fn check_many_on_a_cluster_sends_one_pipeline_per_slot_and_decides_in_orde
         assert_eq!(c.source, Source::Redis);
         assert_eq!(
             c.decision,
-            local.throttle_at(key, &quota, 1, c.server_now.unwrap()),
+            local
+                .with_quota(quota)
+                .check_n_at(key, 1, c.server_now.unwrap()),
             "{key}"
         );
     }
@@ -134,7 +136,7 @@ async fn a_foreign_key_fails_alone_in_its_slot(
     kept: impl Fn(&mut ClusterConnection, &str),
 ) {
     let cluster = RedisCluster::start(3).expect("a 3-master cluster");
-    let quota = Quota::new(1, 1, Duration::from_secs(3600)).unwrap(); // limit 2
+    let quota = Quota::per_hour(1).unwrap().with_limit(2).unwrap(); // limit 2
     let l = on_cluster(&cluster, quota).await;
     let keys = ["{tenant}first", "{tenant}foreign", "{tenant}second"];
     assert_eq!(
@@ -163,7 +165,9 @@ async fn a_foreign_key_fails_alone_in_its_slot(
             assert_eq!(c.source, Source::Redis, "round {round}: {key}");
             assert_eq!(
                 c.decision,
-                local.throttle_at(key, &quota, 1, c.server_now.unwrap()),
+                local
+                    .with_quota(quota)
+                    .check_n_at(key, 1, c.server_now.unwrap()),
                 "round {round}: {key}"
             );
             admitted[i] += u32::from(c.decision.is_allowed());
@@ -216,7 +220,7 @@ async fn a_string_that_is_not_an_arrival_time_fails_alone_and_its_slot_is_decide
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_refused_for_memory_does_not_open_the_denied_keys_of_its_slot() {
     let cluster = RedisCluster::start(3).expect("a 3-master cluster");
-    let quota = Quota::new(1, 1, Duration::from_secs(3600)).unwrap(); // limit 2
+    let quota = Quota::per_hour(1).unwrap().with_limit(2).unwrap(); // limit 2
     let l = RedisLimiter::builder("unused", quota)
         .cluster(cluster.urls())
         .timeout(Duration::from_secs(2))

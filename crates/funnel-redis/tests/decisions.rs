@@ -20,10 +20,10 @@ use funnel_testkit::Rng;
 async fn five_integers_match_the_in_process_limiter_at_the_servers_times() {
     let server = server();
     let quotas = [
-        Quota::new(15, 30, Duration::from_secs(60)).unwrap(),
-        Quota::new(4, 1, Duration::from_secs(1)).unwrap(),
-        Quota::new(0, 10, Duration::from_secs(1)).unwrap(),
-        Quota::new(99, 1000, Duration::from_secs(1)).unwrap(),
+        Quota::per_minute(30).unwrap().with_limit(16).unwrap(),
+        Quota::per_second(1).unwrap().with_limit(5).unwrap(),
+        Quota::per_second(10).unwrap().with_limit(1).unwrap(),
+        Quota::per_second(1000).unwrap().with_limit(100).unwrap(),
     ];
     let costs = [1, 1, 3, 0, 5, 1, 20, 2, 1, 1, 1, 7, 0, 1, 16, 1];
     for (qi, quota) in quotas.into_iter().enumerate() {
@@ -34,7 +34,7 @@ async fn five_integers_match_the_in_process_limiter_at_the_servers_times() {
             let checked = remote.check_n(&key, n).await.unwrap();
             assert_eq!(checked.source, Source::Redis);
             let now = checked.server_now.expect("the script decided");
-            let expected = local.throttle_at(&key, &quota, n, now);
+            let expected = local.with_quota(quota).check_n_at(&key, n, now);
             assert_eq!(
                 checked.decision, expected,
                 "quota #{qi}, request #{i} (cost {n})"
@@ -125,15 +125,15 @@ async fn the_scripts_arithmetic_matches_the_reference_model_on_random_requests()
     let mut con = inspect(&server);
     let quotas = [
         (
-            Quota::new(2, 1, Duration::from_secs(10)).unwrap(),
+            Quota::from_cl_throttle(2, 1, 10).unwrap(),
             ModelQuota::cl(2, 1, 10),
         ),
         (
-            Quota::new(15, 30, Duration::from_secs(600)).unwrap(),
+            Quota::from_cl_throttle(15, 30, 600).unwrap(),
             ModelQuota::cl(15, 30, 600),
         ),
         (
-            Quota::new(0, 4, Duration::from_secs(40)).unwrap(),
+            Quota::from_cl_throttle(0, 4, 40).unwrap(),
             ModelQuota::cl(0, 4, 40),
         ),
     ];
@@ -182,7 +182,7 @@ async fn the_scripts_arithmetic_matches_the_reference_model_on_random_requests()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_instances_admits_exactly_the_limit() {
     let server = server();
-    let quota = Quota::new(49, 1, Duration::from_secs(3600)).unwrap();
+    let quota = Quota::per_hour(1).unwrap().with_limit(50).unwrap();
     let mut fleet = Vec::new();
     for _ in 0..4 {
         fleet.push(Arc::new(limiter(&server, quota).await));
@@ -214,7 +214,7 @@ async fn a_fleet_of_instances_admits_exactly_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_many_decides_a_batch_in_order_in_one_round_trip() {
     let server = server();
-    let quota = Quota::new(2, 1, Duration::from_secs(60)).unwrap(); // limit 3
+    let quota = Quota::per_minute(1).unwrap().with_limit(3).unwrap(); // limit 3
     let remote = RedisLimiter::builder(server.url(), quota)
         .timeout(GENEROUS)
         .deny_cache(100)
@@ -235,7 +235,9 @@ async fn check_many_decides_a_batch_in_order_in_one_round_trip() {
     assert_eq!(answers.len(), keys.len());
     for (key, c) in keys.iter().zip(&answers) {
         assert_eq!(c.source, Source::Redis);
-        let expected = local.throttle_at(key, &quota, 1, c.server_now.unwrap());
+        let expected = local
+            .with_quota(quota)
+            .check_n_at(key, 1, c.server_now.unwrap());
         assert_eq!(c.decision, expected, "{key}");
     }
     let allowed: Vec<bool> = answers.iter().map(|c| c.decision.is_allowed()).collect();

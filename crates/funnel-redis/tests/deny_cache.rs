@@ -24,7 +24,10 @@ async fn cached(server: &RedisServer, quota: Quota) -> RedisLimiter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deny_cache_answers_an_abuser_locally_and_never_denies_what_redis_allows() {
     let server = server();
-    let quota = Quota::new(4, 1, Duration::from_secs(10)).unwrap(); // limit 5, 1 per 10 s
+    let quota = Quota::per_period(1, Duration::from_secs(10))
+        .unwrap()
+        .with_limit(5)
+        .unwrap(); // limit 5, 1 per 10 s
     let limiter = cached(&server, quota).await;
     let mut inspect = inspect(&server);
     let mut allowed = 0;
@@ -59,7 +62,7 @@ async fn the_deny_cache_answers_an_abuser_locally_and_never_denies_what_redis_al
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_elsewhere_is_seen_once_the_key_is_invalidated() {
     let server = server();
-    let quota = Quota::new(0, 1, Duration::from_secs(3600)).unwrap(); // limit 1 an hour
+    let quota = Quota::per_hour(1).unwrap(); // limit 1 an hour
     let here = cached(&server, quota).await;
     let elsewhere = cached(&server, quota).await;
     assert!(here.check("k").await.unwrap().decision.is_allowed());
@@ -79,7 +82,7 @@ async fn a_reset_elsewhere_is_seen_once_the_key_is_invalidated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidate_all_forgets_every_cached_denial_after_redis_lost_its_data() {
     let server = server();
-    let quota = Quota::new(0, 1, Duration::from_secs(3600)).unwrap();
+    let quota = Quota::per_hour(1).unwrap();
     let limiter = cached(&server, quota).await;
     for key in ["a", "b"] {
         limiter.check(key).await.unwrap();

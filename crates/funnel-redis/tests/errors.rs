@@ -53,7 +53,7 @@ async fn a_sub_microsecond_interval_is_refused_when_built() {
 #[tokio::test]
 async fn a_quota_cl_throttle_cannot_express_is_refused_for_the_cell_backend() {
     // One per 20,000 s: no whole-second period up to 10,000 s gives it.
-    let quota = Quota::new(0, 1, Duration::from_secs(20_000)).unwrap();
+    let quota = Quota::per_period(1, Duration::from_secs(20_000)).unwrap();
     let result = RedisLimiter::builder("redis://127.0.0.1:1/", quota)
         .backend(Backend::Cell)
         .build()
@@ -74,7 +74,7 @@ async fn a_bad_url_is_an_invalid_url_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cell_backend_without_the_module_is_a_typed_error() {
     let mut server = server();
-    let quota = Quota::new(15, 30, Duration::from_secs(60)).unwrap();
+    let quota = Quota::per_minute(30).unwrap().with_limit(16).unwrap();
     let probe = limiter(&server, quota).await;
     assert!(!probe.redis_cell_loaded().await.unwrap());
     let built = RedisLimiter::builder(server.url(), quota)

@@ -34,7 +34,7 @@ const POLICIES: [OnFailure; 4] = [
 
 /// Limit 4, one per hour: Redis's answers are predictable for the whole test.
 fn quota() -> Quota {
-    Quota::new(3, 1, Duration::from_secs(3600)).unwrap()
+    Quota::per_hour(1).unwrap().with_limit(4).unwrap()
 }
 
 async fn limiter(url: String, policy: OnFailure) -> RedisLimiter {

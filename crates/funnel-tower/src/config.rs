@@ -27,7 +27,7 @@ pub(crate) type CostFn = Arc<dyn Fn(&http::request::Parts) -> u64 + Send + Sync>
 /// use funnel_tower::{KeyBy, RateLimitLayer, Report};
 ///
 /// let layer = RateLimitLayer::builder()
-///     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::new(19, 10, Duration::from_secs(1))?)
+///     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::per_second(10)?.with_limit(20)?)
 ///     .policy("global", KeyBy::Global, Quota::per_second(5_000)?)
 ///     .cost(|parts| if parts.method == http::Method::POST { 5 } else { 1 })
 ///     .exempt_path("/health")
@@ -143,7 +143,7 @@ impl Builder {
     }
 
     /// Counts, per policy, the admitted requests after which the policy has at least
-    /// `percent`% of its limit in use ([`funnel::NearLimit`], Envoy's near-limit statistic),
+    /// `percent`% of its limit in use ([`funnel::Decision::is_near_limit`], Envoy's near-limit statistic),
     /// readable as [`PolicyStats::near_limit`]. Over 100 is [`Error::BadNearLimit`].
     pub fn near_limit(mut self, percent: u8) -> Self {
         self.near_limit = Some(percent);
@@ -283,7 +283,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 pub(crate) struct Policy<C> {
     pub(crate) name: Box<str>,
     pub(crate) key: KeyBy,
-    /// The quota every decision of this policy is made under (`Limiter::throttle_at`): the
+    /// The quota every decision of this policy is made under (`Limiter::with_quota`): the
     /// table may have been built under an earlier one.
     pub(crate) quota: Quota,
     capacity: usize,

@@ -9,12 +9,11 @@
 //! replaced while traffic flows.
 //!
 //! ```
-//! use std::time::Duration;
 //! use funnel::Quota;
 //! use funnel_tower::{KeyBy, RateLimitLayer};
 //!
 //! let layer = RateLimitLayer::builder()
-//!     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::new(19, 10, Duration::from_secs(1))?)
+//!     .policy("ip", KeyBy::PeerIp { v6_prefix: 64 }, Quota::per_second(10)?.with_limit(20)?)
 //!     .policy("route", KeyBy::Route, Quota::per_minute(1000)?)
 //!     .build()?;
 //! // let app = tower::ServiceBuilder::new().layer(layer).service(handler);

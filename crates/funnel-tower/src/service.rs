@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use funnel::{check_all, Charge, Clock, Decision, MultiDecision, NearLimit, Timestamp};
+use funnel::{check_all, Charge, Clock, Decision, MultiDecision, Timestamp};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Full};
@@ -274,7 +274,10 @@ fn decide<C: Clock>(policies: &[Policy<C>], parts: &Parts, n: u64, now: Timestam
     match policies {
         [p] => {
             let key = p.key.key(parts);
-            let d = p.limiter.throttle_at(key.as_slice(), &p.quota, n, now);
+            let d = p
+                .limiter
+                .with_quota(p.quota)
+                .check_n_at(key.as_slice(), n, now);
             Verdict {
                 decisions: Decisions::Inline([d; INLINE], 1),
                 denied_by: (!d.is_allowed()).then_some(0),
@@ -289,10 +292,9 @@ fn decide<C: Clock>(policies: &[Policy<C>], parts: &Parts, n: u64, now: Timestam
             });
             let costs: [_; INLINE] = std::array::from_fn(|i| {
                 let p = &ps[i.min(last)];
-                p.limiter.cost(keys[i].as_slice(), n).with_quota(p.quota)
+                p.limiter.with_quota(p.quota).cost(keys[i].as_slice(), n)
             });
-            let entries: [&dyn Charge; INLINE] = std::array::from_fn(|i| &costs[i] as &dyn Charge);
-            let m = check_all(&entries[..ps.len()], now);
+            let m = check_all(&costs[..ps.len()], now);
             Verdict::from_multi(&m, |j| uncharged(&ps[j], keys[j].as_slice(), now))
         }
         ps => {
@@ -300,10 +302,9 @@ fn decide<C: Clock>(policies: &[Policy<C>], parts: &Parts, n: u64, now: Timestam
             let costs: Vec<_> = ps
                 .iter()
                 .zip(&keys)
-                .map(|(p, k)| p.limiter.cost(k.as_slice(), n).with_quota(p.quota))
+                .map(|(p, k)| p.limiter.with_quota(p.quota).cost(k.as_slice(), n))
                 .collect();
-            let entries: Vec<&dyn Charge> = costs.iter().map(|c| c as &dyn Charge).collect();
-            let m = check_all(&entries, now);
+            let m = check_all(&costs, now);
             Verdict::from_multi(&m, |j| uncharged(&ps[j], keys[j].as_slice(), now))
         }
     }
@@ -311,7 +312,7 @@ fn decide<C: Clock>(policies: &[Policy<C>], parts: &Parts, n: u64, now: Timestam
 
 /// A policy's funnel for `key` as it stands: a check-only decision for no units.
 fn uncharged<C: Clock>(p: &Policy<C>, key: &[u8], now: Timestamp) -> Decision {
-    p.limiter.cost(key, 0).with_quota(p.quota).estimate(now)
+    p.limiter.with_quota(p.quota).cost(key, 0).estimate(now)
 }
 
 pin_project_lite::pin_project! {

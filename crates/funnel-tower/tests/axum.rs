@@ -2,7 +2,6 @@
 //! the README's snippet, and the last checks that both READMEs show exactly that code.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
@@ -25,8 +24,8 @@ async fn readme(listener: TcpListener) -> Result<(), BoxError> {
         .policy(
             "ip",
             KeyBy::PeerIp { v6_prefix: 64 },
-            Quota::new(19, 10, Duration::from_secs(1))?,
-        ) // 10/s, burst 20
+            Quota::per_second(10)?.with_limit(20)?,
+        )
         .policy("route", KeyBy::Route, Quota::per_minute(1000)?) // per route template
         .build()?;
     let app = Router::new()

@@ -16,7 +16,10 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 /// A quota of `limit` units, one back per hour: nothing refills during a test.
 fn per_hour(limit: u64) -> Quota {
-    Quota::new(limit - 1, 1, HOUR).unwrap()
+    Quota::per_period(1, HOUR)
+        .unwrap()
+        .with_limit(limit)
+        .unwrap()
 }
 
 fn ip() -> KeyBy {
@@ -353,7 +356,10 @@ async fn legacy_headers_and_exempt_paths_by_whole_segments() {
         .policy(
             "ip",
             ip(),
-            Quota::new(2, 1, Duration::from_secs(10)).unwrap(),
+            Quota::per_period(1, Duration::from_secs(10))
+                .unwrap()
+                .with_limit(3)
+                .unwrap(),
         )
         .report(Report::Legacy)
         .exempt_path("/health")

@@ -459,7 +459,10 @@ mod tests {
 
     /// Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
     fn unit_quota() -> crate::quota::Quota {
-        crate::quota::Quota::new(999, 1, std::time::Duration::from_nanos(1)).unwrap()
+        crate::quota::Quota::per_period(1, std::time::Duration::from_nanos(1))
+            .unwrap()
+            .with_limit(1_000)
+            .unwrap()
     }
 
     /// Creates `new` (arrival time 600) at time 20 in a [`crowded_migration`] and checks that it
@@ -588,7 +591,10 @@ mod tests {
         let slots = SLOTS_PER_BUCKET;
         let table = Table::growable(2 * slots, 4 * slots, WhenFull::Deny, false).unwrap();
         // Limit 1,000 units, one every nanosecond: at time 0 a funnel's arrival time is its debt.
-        let quota = Quota::new(999, 1, Duration::from_nanos(1)).unwrap();
+        let quota = Quota::per_period(1, Duration::from_nanos(1))
+            .unwrap()
+            .with_limit(1_000)
+            .unwrap();
         // K lives in bucket 0 or 1 of the two, and belongs in bucket 2 or 3 of the four.
         let k = fp(2, 3, 0x11);
         assert!(matches!(table.create(k, 0, 500, &quota), Created::Bound));

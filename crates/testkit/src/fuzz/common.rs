@@ -195,13 +195,6 @@ pub mod expect {
         )
     }
 
-    pub fn with_max_burst(t: u128, max_burst: u64) -> Result<ModelQuota, Error> {
-        if max_burst == u64::MAX {
-            return Err(Error::BurstTooLarge { max_burst });
-        }
-        from_parts(t, u128::from(max_burst) + 1)
-    }
-
     pub fn timestamp(nanos: u64) -> Result<u64, Error> {
         if nanos <= Timestamp::MAX.as_nanos() {
             Ok(nanos)
@@ -260,7 +253,7 @@ pub fn small_quota(input: &mut Input) -> (Quota, ModelQuota) {
         1 => Duration::from_millis(input.u64_in(1..=5_000)),
         _ => Duration::from_secs(input.u64_in(1..=100)),
     };
-    let got = Quota::new(max_burst, count, period);
+    let got = Quota::from_cl_throttle_period(max_burst, count, period);
     same_quota("small quota", got, expect::new(max_burst, count, period))
         .expect("a small quota is valid")
 }
@@ -274,8 +267,8 @@ pub fn any_quota(input: &mut Input) -> Option<(Quota, ModelQuota)> {
             let max_burst = input.small_or_any(20);
             let period = input.period();
             same_quota(
-                "Quota::new",
-                Quota::new(max_burst, count, period),
+                "Quota::from_cl_throttle_period",
+                Quota::from_cl_throttle_period(max_burst, count, period),
                 expect::new(max_burst, count, period),
             )
         }
@@ -312,7 +305,7 @@ pub fn any_quota(input: &mut Input) -> Option<(Quota, ModelQuota)> {
             )
         }
         _ => {
-            // with_limit / with_max_burst on a valid quota.
+            // with_limit on a valid quota, or CL.THROTTLE's max_burst at its emission interval.
             let (base, m) = small_quota(input);
             let x = input.small_or_any(1_000);
             if input.bool() {
@@ -322,10 +315,11 @@ pub fn any_quota(input: &mut Input) -> Option<(Quota, ModelQuota)> {
                     expect::from_parts(m.t as u128, u128::from(x)),
                 )
             } else {
+                let period = base.emission_interval();
                 same_quota(
-                    "Quota::with_max_burst",
-                    base.with_max_burst(x),
-                    expect::with_max_burst(m.t as u128, x),
+                    "Quota::from_cl_throttle_period (one per emission interval)",
+                    Quota::from_cl_throttle_period(x, 1, period),
+                    expect::new(x, 1, period),
                 )
             }
         }

@@ -8,8 +8,9 @@
 //! (fixed for the run, so a failure replays exactly), the limiter's quota and a
 //! [`ManualClock`]; then up to
 //! [`MAX_OPS`] operations over at most [`MAX_KEYS`] distinct `u16` keys: requests through every
-//! public entry point (`check`, `check_n`, `check_at`, `check_n_at`, `throttle`, `throttle_at`
-//! with per-call quotas, costs `0..=limit+2` and sometimes enormous), peeks, resets and clock
+//! public entry point (`check`, `check_n`, `check_at`, `check_n_at`, and `check_n` and
+//! `check_n_at` through `with_quota` with per-call quotas, costs `0..=limit+2` and sometimes
+//! enormous), peeks, resets and clock
 //! advances (zero, a few ns, around `T` and the tolerance, seconds, up to saturating at
 //! [`Timestamp::MAX`]). The clock never goes back (the keyed limiter forgets recovered funnels
 //! lazily, which is only equivalent to the model while time is monotonic).
@@ -86,8 +87,8 @@ enum Api {
     CheckN,
     CheckAt,
     CheckNAt,
-    Throttle,
-    ThrottleAt,
+    WithQuota,
+    WithQuotaAt,
     Peek,
     PeekAt,
 }
@@ -171,13 +172,13 @@ impl Harness {
                     1 => Api::CheckN,
                     2 => Api::CheckAt,
                     3 => Api::CheckNAt,
-                    4 => Api::Throttle,
-                    5 => Api::ThrottleAt,
+                    4 => Api::WithQuota,
+                    5 => Api::WithQuotaAt,
                     6 => Api::Peek,
                     _ => Api::PeekAt,
                 };
                 let q = match api {
-                    Api::Throttle | Api::ThrottleAt => input.pick(self.quotas.len()),
+                    Api::WithQuota | Api::WithQuotaAt => input.pick(self.quotas.len()),
                     _ => 0,
                 };
                 let n = match api {
@@ -261,8 +262,8 @@ impl Harness {
             Api::CheckN => l.check_n(&key, n),
             Api::CheckAt => l.check_at(&key, now),
             Api::CheckNAt => l.check_n_at(&key, n, now),
-            Api::Throttle => l.throttle(&key, &quota, n),
-            Api::ThrottleAt => l.throttle_at(&key, &quota, n, now),
+            Api::WithQuota => l.with_quota(quota).check_n(&key, n),
+            Api::WithQuotaAt => l.with_quota(quota).check_n_at(&key, n, now),
             Api::Peek => l.peek(&key),
             Api::PeekAt => l.peek_at(&key, now),
         };

@@ -26,7 +26,7 @@ use crate::table::Updated;
 /// [`Error::ReservationMismatch`] that changes nothing. Settling consumes it, and it is neither
 /// `Clone` nor `Copy`, so a reservation settles once:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0382
 /// use funnel::{Limiter, Quota};
 ///
 /// let limiter = Limiter::<str>::new(Quota::per_second(10)?);

@@ -1,6 +1,6 @@
 //! CL.THROTTLE's five integers, exactly as redis-cell 0.5.0 answers them (the rules and the
 //! examples are in docs/cl-throttle.md), through every public path that decides:
-//! [`Funnel::check_n_at`], [`Limiter::throttle_at`] and [`Replay::line`].
+//! [`Funnel::check_n_at`], [`Limiter::with_quota`] and [`Replay::line`].
 //!
 //! * the worked examples of docs/cl-throttle.md and redis-cell's own unit-test sequence, one
 //!   test per row and path (`through_funnel::...`, `through_limiter::...`, `through_replay::...`);
@@ -35,7 +35,7 @@ const S: u64 = 1_000_000_000;
 enum Via {
     /// One [`Funnel`] per key, built from the key's first quota, [`Funnel::check_n_at`].
     Funnel,
-    /// One keyed [`Limiter`], [`Limiter::throttle_at`] with each call's quota.
+    /// One keyed [`Limiter`], through [`Limiter::with_quota`] with each call's quota.
     Limiter,
     /// [`Replay::line`]: text in, text out.
     Replay,
@@ -696,7 +696,7 @@ fn random_sub_second_and_odd_periods_match_the_model() {
 }
 
 /// CL.THROTTLE takes the quota on every call: a key's debt carries over when it changes. The
-/// Limiter (throttle_at) and replay against the model, with the quota drawn per call.
+/// Limiter (with_quota) and replay against the model, with the quota drawn per call.
 #[test]
 fn changing_the_quota_between_calls_keeps_the_debt_as_the_model_does() {
     for seed in 2_000..2_150 {

@@ -2,13 +2,11 @@
 //!
 //! A request reads the current policy set with one lock-free load ([`ArcSwap::load`]) and is
 //! decided under it from start to end; [`RateLimitLayer::reconfigure`] swaps in a new set.
-//! Why not the core's `funnel::LiveConfig`: its readers are handles that cache the last set
-//! they saw and refresh once (an epoch pin and an `Arc` clone) to catch up after a replacement,
-//! which pays off when a handle lives long. Tower services are cloned per request (axum's
-//! router, `oneshot`, the example proxy), so every clone would start from its template's stale
-//! handle and refresh on every request after the first replacement. `ArcSwap` keeps no
-//! per-handle state: each load is lock-free, and the old set is freed by reference count once
-//! the last request holding it is done.
+//! Why `ArcSwap` rather than a cell whose readers are handles caching the last set they saw:
+//! tower services are cloned per request (axum's router, `oneshot`, the example proxy), so
+//! every clone would start from its template's stale handle and refresh on every request after
+//! the first replacement. `ArcSwap` keeps no per-handle state: each load is lock-free, and the
+//! old set is freed by reference count once the last request holding it is done.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -313,7 +313,7 @@ impl<K: Hash + ?Sized, C: Clock> LiveLimiter<K, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ReservationMismatch`](crate::Error::ReservationMismatch) when `reservation`
+    /// [`Error::ReservationMismatch`] when `reservation`
     /// was made by another limiter or for another key; nothing is changed.
     pub fn settle(&self, key: &K, reservation: Reservation, actual: u64) -> Result<Settled, Error> {
         self.limiter.settle(key, reservation, actual)

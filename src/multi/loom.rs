@@ -10,7 +10,7 @@ use loom::thread;
 
 use crate::clock::{ManualClock, Timestamp};
 use crate::limiter::Limiter;
-use crate::multi::check_all;
+use crate::multi::{check_all, Charge};
 use crate::quota::Quota;
 use crate::table::loom::model;
 
@@ -56,7 +56,9 @@ fn the_loser_of_the_second_limit_rolls_back_its_first_charge_exactly() {
         let users = limiter::<u64>(2);
         let routes = limiter::<str>(1);
         let request = |users: &Limiter<u64, ManualClock>, routes: &Limiter<str, ManualClock>| {
-            check_all(&[&users.cost(&1, 1), &routes.cost("/r", 1)], now())
+            let (user, route) = (users.cost(&1, 1), routes.cost("/r", 1));
+            let entries: [&dyn Charge; 2] = [&user, &route];
+            check_all(&entries, now())
         };
         let other = {
             let (users, routes) = (users.clone(), routes.clone());

@@ -69,7 +69,7 @@ fn flood(when_full: WhenFull, keys: u64) {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let started = Instant::now();
     let clock = ManualClock::new();
-    let limiter = Limiter::<u64, _>::builder(quota())
+    let limiter = Limiter::<u64>::builder(quota())
         .capacity(CAPACITY)
         .clock(clock.clone())
         .seed(0x5eed)

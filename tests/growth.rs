@@ -155,7 +155,7 @@ fn race_the_growths(threads: usize) {
 #[test]
 fn a_growable_table_stops_at_its_maximum_and_then_evicts_as_a_fixed_one() {
     for when_full in [WhenFull::Evict, WhenFull::Deny, WhenFull::Allow] {
-        let limiter = Limiter::<u64, _>::builder(quota())
+        let limiter = Limiter::<u64>::builder(quota())
             .capacity(100)
             .max_capacity(1_000)
             .when_full(when_full)

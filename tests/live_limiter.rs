@@ -150,7 +150,7 @@ fn refunds_under_a_changing_limit_leave_exactly_the_admitted_minus_the_refunded_
     let (narrow, wide) = (base.with_limit(40).unwrap(), base.with_limit(60).unwrap());
     let clock = ManualClock::starting_at(Timestamp::from_nanos(5_000 * MS).unwrap());
     let live = LiveLimiter::new(
-        Limiter::<str, _>::builder(narrow)
+        Limiter::<str>::builder(narrow)
             .clock(clock.clone())
             .build()
             .unwrap(),

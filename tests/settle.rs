@@ -104,7 +104,7 @@ fn a_denied_reservation_charges_nothing_and_settles_its_actual_as_a_debt() {
 #[test]
 fn a_debt_for_an_untracked_key_in_a_full_table_is_reported_lost() {
     let clock = ManualClock::new();
-    let limiter = Limiter::<u64, _>::builder(Quota::per_minute(1).unwrap())
+    let limiter = Limiter::<u64>::builder(Quota::per_minute(1).unwrap())
         .capacity(8)
         .clock(clock)
         .when_full(WhenFull::Deny)

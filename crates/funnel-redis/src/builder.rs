@@ -1,5 +1,6 @@
 //! [`Builder`]: the settings of a [`RedisLimiter`], checked once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use funnel::Quota;
@@ -9,6 +10,7 @@ use crate::cache::{DenyCache, Monotonic};
 use crate::error::Error;
 use crate::limiter::Call;
 use crate::link::{Link, Target};
+use crate::marker::{self, Markers};
 use crate::policy::{Counters, OnFailure, Policy};
 use crate::{cell, script, Backend, RedisLimiter};
 
@@ -141,8 +143,16 @@ impl Builder {
         let policy = Policy::new(self.on_failure, self.quota)?;
         let cache = match self.cache_capacity {
             0 => None,
-            keys => Some(DenyCache::new(self.quota, keys)?),
+            keys => Some(Arc::new(DenyCache::new(self.quota, keys)?)),
         };
+        #[cfg(feature = "cluster")]
+        let markers = if self.cluster {
+            Markers::cluster(&self.prefix)
+        } else {
+            Markers::single(&self.prefix)
+        };
+        #[cfg(not(feature = "cluster"))]
+        let markers = Markers::single(&self.prefix);
         let link = Link::start(self.target()?);
         let connected = tokio::time::timeout(self.connect_timeout, link.first_attempt())
             .await
@@ -158,7 +168,8 @@ impl Builder {
             policy,
             cache,
             clock: Monotonic::new(),
-            counters: Counters::default(),
+            counters: Arc::new(Counters::default()),
+            markers: Arc::new(markers),
         };
         // A server that refused us (a wrong password, say) is a setting to fix: no policy
         // answers for it, or `OnFailure::Open` would run without a limit until someone looked.
@@ -179,6 +190,19 @@ impl Builder {
             if let Ok(false) = limiter.redis_cell_loaded().await {
                 return Err(Error::CellModuleMissing);
             }
+        }
+        #[cfg(feature = "cluster")]
+        let single = !self.cluster;
+        #[cfg(not(feature = "cluster"))]
+        let single = true;
+        if single {
+            tokio::spawn(marker::watch_identity(
+                Arc::downgrade(&limiter.link),
+                limiter.markers.clone(),
+                limiter.cache.clone(),
+                limiter.counters.clone(),
+                self.timeout,
+            ));
         }
         Ok(limiter)
     }

@@ -21,7 +21,8 @@
 //! under `maxmemory`), or the server's clock stepping forward. Each lasts at most until the
 //! cached arrival time passes (the key's `retry_after` when it was cached, at most the quota's
 //! tolerance), or until [`invalidate`](crate::RedisLimiter::invalidate) or
-//! [`invalidate_all`](crate::RedisLimiter::invalidate_all). It never admits anything.
+//! [`invalidate_all`](crate::RedisLimiter::invalidate_all), which the limiter calls by itself
+//! when it sees Redis lose its data (`marker.rs`). It never admits anything.
 
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 use std::sync::RwLock;

@@ -70,7 +70,8 @@
 //!
 //! * **a reset elsewhere**: another instance's [`RedisLimiter::reset`], or any `DEL` of the key;
 //! * **Redis losing state**: a restart without persistence, a failover to a replica that had
-//!   not received the last writes, eviction of the key under `maxmemory`, a `FLUSHALL`;
+//!   not received the last writes, eviction of the key under `maxmemory`, a `FLUSHALL`: until
+//!   the limiter sees it (next section), or for an evicted key, until its entry expires;
 //! * **the server's clock stepping forward**: the cache reads the server's time through the
 //!   offset it learned before the step, until the next reply from Redis (for any key) teaches
 //!   it the new one. A step of this machine's wall clock changes nothing: the cache measures
@@ -78,8 +79,36 @@
 //!
 //! Each lasts at most until the cached arrival time passes (the key's retry-after when it was
 //! cached, at most the quota's tolerance). The way out is [`RedisLimiter::invalidate`] for one
-//! key, [`RedisLimiter::invalidate_all`] after Redis lost its data.
+//! key, [`RedisLimiter::invalidate_all`] for all.
 //!
+//! ## When Redis loses its data
+//!
+//! A Redis that restarts with an empty data set (no persistence), gets `FLUSHALL`, or is
+//! replaced by a replica that missed the last writes forgives every key it lost: each starts
+//! again from an empty funnel, so **the fleet admits up to a full burst (the quota's limit)
+//! again for every lost key**, on top of what it admitted before the loss; keys Redis still
+//! holds are limited as before. The limiter sees the loss by itself and empties its deny cache,
+//! so that it stops denying what Redis now admits, and counts it ([`Stats::data_losses`]):
+//!
+//! * **a data-set marker**: the script keeps one small key beside the funnels
+//!   (`<prefix>\0marker`, on a cluster one per hash slot) holding the server's time when it was
+//!   created, and returns it with every decision. An emptied data set creates a new one, so
+//!   the first reply from it, for any key, shows the loss ([`Backend::Script`] only);
+//! * **the server's identity**: every second the limiter reads `run_id` and `master_replid`
+//!   (`INFO`), which change when a server restarts or a replica is promoted; a promoted replica
+//!   kept the marker but not the primary's replication id (single server only: on a cluster
+//!   `INFO` reaches one node).
+//!
+//! Until then (the next reply, or at most about a second), the cache goes on denying lost keys
+//! it holds, never admitting anything Redis would not. A promotion that lost nothing empties
+//! the cache too (a few more round trips, no wrong answer). Not seen: a failover on a cluster
+//! shard that kept the marker (call [`RedisLimiter::invalidate_all`] from your failover
+//! hook), and [`Backend::Cell`] emptied by `FLUSHALL` on the same server (no marker). Under
+//! `maxmemory` with `allkeys-lru` or `allkeys-random`, Redis may evict funnels like any key:
+//! an evicted key is forgiven (a full burst again) and not detected, unless the marker is
+//! evicted with it; a `volatile-*` policy evicts only keys with a time to live, which every
+//! funnel has and the marker has not.
+
 //! ## When Redis cannot decide
 //!
 //! A [`Failure`] (no reply within the timeout, default 10 ms; no connection; `LOADING`,
@@ -135,7 +164,9 @@ mod cell;
 mod error;
 mod limiter;
 mod link;
+mod marker;
 mod policy;
+mod reply;
 mod script;
 
 pub use builder::Builder;

@@ -11,9 +11,10 @@ use redis::{Cmd, Value};
 use crate::cache::{DenyCache, Monotonic};
 use crate::error::{came_back, sort, Error, Failure, Sorted};
 use crate::link::{Conn, Link};
+use crate::marker::Markers;
 use crate::policy::{Counters, Policy};
 use crate::script::{self, Verdict};
-use crate::{cell, Backend, Checked, Source, Stats};
+use crate::{reply, Backend, Checked, Source, Stats};
 
 /// A funnel limiter whose state lives in Redis, shared by every instance that uses the same
 /// Redis and key prefix. See the crate documentation.
@@ -25,9 +26,10 @@ pub struct RedisLimiter {
     pub(crate) hash_tag: bool,
     pub(crate) timeout: Duration,
     pub(crate) policy: Policy,
-    pub(crate) cache: Option<DenyCache>,
+    pub(crate) cache: Option<Arc<DenyCache>>,
     pub(crate) clock: Monotonic,
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) markers: Arc<Markers>,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -357,12 +359,11 @@ impl RedisLimiter {
                     c.arg(sha);
                     c
                 };
-                cmd.arg(1)
-                    .arg(redis_key)
-                    .arg(t_us)
-                    .arg(tau_us)
-                    .arg(self.quota.limit())
-                    .arg(n);
+                match self.markers.for_key(redis_key) {
+                    Some((_, marker)) => cmd.arg(2).arg(redis_key).arg(marker),
+                    None => cmd.arg(1).arg(redis_key),
+                };
+                cmd.arg(t_us).arg(tau_us).arg(self.quota.limit()).arg(n);
                 if let Some(now) = now_us {
                     cmd.arg(now);
                 }
@@ -437,7 +438,7 @@ impl RedisLimiter {
 
     /// The deny cache's invalidation count, read when a request is sent (0 without a cache).
     fn cache_epoch(&self) -> u64 {
-        self.cache.as_ref().map_or(0, DenyCache::epoch)
+        self.cache.as_ref().map_or(0, |cache| cache.epoch())
     }
 
     /// Reads Redis's reply into the decision, and teaches the deny cache (when `learn` holds
@@ -474,43 +475,30 @@ impl RedisLimiter {
         value: Value,
         learn: Option<u64>,
     ) -> Result<Checked, Error> {
-        let shape = format!("{value:?}");
-        let bad = || Error::UnexpectedReply {
-            reply: shape.clone(),
-        };
-        let (code, tat_us, now_us): (i64, i64, i64) =
-            redis::from_owned_redis_value(value).map_err(|_| bad())?;
-        let verdict = Verdict::from_code(code).ok_or_else(bad)?;
-        let to_ts = |us: i64| {
-            u64::try_from(us)
-                .ok()
-                .and_then(|us| us.checked_mul(1_000))
-                .and_then(|ns| Timestamp::from_nanos(ns).ok())
-        };
-        let tat = to_ts(tat_us).ok_or_else(bad)?;
-        let now = to_ts(now_us).ok_or_else(bad)?;
-        let (decision, _) = self.quota.decide_at(tat, now, n);
-        let agrees = match verdict {
-            Verdict::Allowed => decision.is_allowed(),
-            Verdict::Limited => decision.outcome() == Outcome::Limited,
-            Verdict::CostExceedsLimit => decision.cost_exceeds_limit(),
-        };
-        if !agrees {
-            return Err(Error::Disagreement {
-                verdict: code,
-                decision,
-            });
-        }
-        if let (Some(cache), Some(epoch)) = (&self.cache, learn) {
-            cache.learn_offset(now, sent);
-            if verdict == Verdict::Limited {
-                cache.remember(key, tat, now, epoch);
+        let read = reply::script(&self.quota, n, &value)?;
+        if let Some(epoch) = learn {
+            let redis_key = self.redis_key(key);
+            let lost = self
+                .markers
+                .for_key(&redis_key)
+                .is_some_and(|(slot, _)| self.markers.lost(slot, read.epoch, read.now_us));
+            if lost {
+                // Redis lost writes this instance may have cached denials from: forget them
+                // all. This reply, sent before the invalidation, is not remembered either.
+                Counters::add(&self.counters.data_losses, 1);
+                self.invalidate_all();
+            }
+            if let Some(cache) = &self.cache {
+                cache.learn_offset(read.now, sent);
+                if read.verdict == Verdict::Limited {
+                    cache.remember(key, read.tat, read.now, epoch);
+                }
             }
         }
         Ok(Checked {
-            decision,
+            decision: read.decision,
             source: Source::Redis,
-            server_now: Some(now),
+            server_now: Some(read.now),
             failure: None,
         })
     }
@@ -523,15 +511,7 @@ impl RedisLimiter {
         value: Value,
         learn: Option<u64>,
     ) -> Result<Checked, Error> {
-        let shape = format!("{value:?}");
-        let reply: Vec<i64> =
-            redis::from_owned_redis_value(value).map_err(|_| Error::UnexpectedReply {
-                reply: shape.clone(),
-            })?;
-        let reply: [i64; 5] = reply
-            .try_into()
-            .map_err(|_| Error::UnexpectedReply { reply: shape })?;
-        let (decision, r) = cell::decision(&self.quota, n, reply, sent)?;
+        let (decision, r) = reply::cell(&self.quota, n, &value, sent)?;
         if let (Some(cache), Some(epoch)) = (&self.cache, learn) {
             if decision.outcome() == Outcome::Limited {
                 // The earliest arrival time the reply allows, in the local frame (offset 0).
@@ -562,7 +542,10 @@ impl RedisLimiter {
     }
 
     /// Forgets everything the deny cache knows: after Redis lost its data (a restart without
-    /// persistence, a failover to a replica that missed writes, a `FLUSHALL`).
+    /// persistence, a failover to a replica that missed writes, a `FLUSHALL`). The limiter does
+    /// it by itself when it sees the loss (see the crate documentation, "When Redis loses its
+    /// data"); call it where it cannot (a failover on a cluster shard, [`Backend::Cell`] and a
+    /// `FLUSHALL`).
     pub fn invalidate_all(&self) {
         if let Some(cache) = &self.cache {
             cache.invalidate_all();

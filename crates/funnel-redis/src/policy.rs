@@ -62,6 +62,11 @@ pub struct Stats {
     pub reported: u64,
     /// Calls answered with another [`Error`] (`WRONGTYPE`, a script error, ...).
     pub typed_errors: u64,
+    /// Times a reply showed that Redis had lost data since this instance's previous reply (a
+    /// restart with nothing kept, a `FLUSHALL`, a failover to a replica that missed writes;
+    /// see the crate documentation, "When Redis loses its data"): each emptied the deny
+    /// cache. [`Backend::Script`](crate::Backend::Script) only.
+    pub data_losses: u64,
 }
 
 #[derive(Default)]
@@ -76,6 +81,7 @@ pub(crate) struct Counters {
     answered_locally: AtomicU64,
     reported: AtomicU64,
     pub(crate) typed_errors: AtomicU64,
+    pub(crate) data_losses: AtomicU64,
 }
 
 impl Counters {
@@ -98,6 +104,7 @@ impl Counters {
             answered_locally: get(&self.answered_locally),
             reported: get(&self.reported),
             typed_errors: get(&self.typed_errors),
+            data_losses: get(&self.data_losses),
         }
     }
 }

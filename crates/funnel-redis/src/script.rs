@@ -10,9 +10,14 @@
 //! * The stored value is the theoretical arrival time (TAT), written with `%.0f` so it never
 //!   turns into `1.7e+15`; its TTL is the time until the funnel drains, rounded up to the
 //!   millisecond, so a drained funnel disappears just as funnel's table forgets it.
-//! * It returns `{code, tat_before, now}`: the Rust side rebuilds the full `Decision` from the
-//!   stored TAT and the server's time with `funnel::Quota::decide_at`, the very function the
-//!   in-process limiter uses, and checks that both agree on allowed or not.
+//! * It returns `{code, tat_before, now, epoch}`: the Rust side rebuilds the full `Decision`
+//!   from the stored TAT and the server's time with `funnel::Quota::decide_at`, the very
+//!   function the in-process limiter uses, and checks that both agree on allowed or not.
+//!   `epoch` is the data-set marker `KEYS[2]` (`marker.rs`): read on every call, and created,
+//!   holding the server's `TIME` in µs, when missing. Epoch 0 means unknown (the marker holds
+//!   something else, or could not be created, say under `OOM`): the limiter then compares
+//!   nothing. A caller's key equal to the marker's name is refused as a typed error rather than
+//!   mixing the two.
 //! * A key's own error is a **value**, `{3, message}`, never an error reply: the message is the
 //!   error reply's text (Redis's, or the script's own), and the Rust side turns it back into
 //!   that reply before sorting it (`reply`), so a key gets the same typed error whichever way it
@@ -25,7 +30,7 @@
 //!   every command of it, so one foreign key would take the decisions of every other key of its
 //!   hash slot with it.
 //!
-//! `ARGV`: emission interval (µs), tolerance (µs), limit, cost, and optionally `now` (µs since
+//! `KEYS`: the funnel, then the marker. `ARGV`: emission interval (µs), tolerance (µs), limit, cost, and optionally `now` (µs since
 //! the Unix epoch) in place of the server's `TIME`. Only `RedisLimiter::check_n_at` (cargo
 //! feature `injected-time`, for tests) passes it: the arithmetic can then be checked against the
 //! reference model at the replay file's own timestamps. The key's expiry (`PX`) is still
@@ -39,12 +44,14 @@ local t = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
-local now
+local clock = redis.call('TIME')
+local server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now = server_now
 if ARGV[5] then
   now = tonumber(ARGV[5])
-else
-  local clock = redis.call('TIME')
-  now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
+if KEYS[2] == KEYS[1] then
+  return {3, "ERR the key is funnel-redis's data-set marker"}
 end
 local stored = redis.pcall('GET', KEYS[1])
 if type(stored) == 'table' and stored.err then
@@ -57,14 +64,26 @@ if stored then
     return {3, 'WRONGTYPE the key holds a string that is not an arrival time'}
   end
 end
+local epoch = 0
+if KEYS[2] then
+  local mark = redis.pcall('GET', KEYS[2])
+  if mark == false then
+    local made = redis.pcall('SET', KEYS[2], string.format('%.0f', server_now))
+    if type(made) == 'table' and made.ok then
+      epoch = server_now
+    end
+  elseif type(mark) == 'string' then
+    epoch = tonumber(mark) or 0
+  end
+end
 if n > limit then
-  return {2, tat, now}
+  return {2, tat, now, epoch}
 end
 local base = tat
 if now > base then base = now end
 local new = base + n * t
 if new - tau > now then
-  return {0, tat, now}
+  return {0, tat, now, epoch}
 end
 if n > 0 then
   local ttl_ms = math.ceil((new - now) / 1000)
@@ -73,7 +92,7 @@ if n > 0 then
     return {3, set.err}
   end
 end
-return {1, tat, now}
+return {1, tat, now, epoch}
 "#;
 
 /// The code of the script's `{3, message}`: the key's own error, as a value.

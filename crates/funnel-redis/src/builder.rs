@@ -9,7 +9,7 @@ use redis::Value;
 use crate::cache::{DenyCache, Monotonic};
 use crate::error::Error;
 use crate::limiter::Call;
-use crate::link::{Link, Target};
+use crate::link::{Link, Target, LONGEST_BACKOFF};
 use crate::marker::{self, Markers};
 use crate::policy::{Counters, OnFailure, Policy};
 use crate::{cell, script, Backend, RedisLimiter};
@@ -27,8 +27,12 @@ pub struct Builder {
     timeout: Duration,
     connect_timeout: Duration,
     on_failure: OnFailure,
+    outage_retry_after: Duration,
     cache_capacity: usize,
 }
+
+/// The longest [`Builder::outage_retry_after`]: a day.
+const MAX_OUTAGE_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
 impl RedisLimiter {
     /// A builder for a limiter on the Redis at `url` (`redis://host:port/db`) with `quota`.
@@ -44,6 +48,7 @@ impl RedisLimiter {
             timeout: Duration::from_millis(10),
             connect_timeout: Duration::from_secs(1),
             on_failure: OnFailure::Closed,
+            outage_retry_after: LONGEST_BACKOFF,
             cache_capacity: 0,
         }
     }
@@ -87,6 +92,31 @@ impl Builder {
         self
     }
 
+    /// The retry-after of a denial by [`OnFailure::Closed`] while Redis cannot decide: how long
+    /// a client is told to wait out an outage, whatever the quota (default 1 s, the link's
+    /// longest reconnect backoff: once Redis is back, the limiter decides again within it). A
+    /// quota's own retry-after (one emission interval, an hour for one an hour) would keep
+    /// clients away long after a blip of milliseconds. More than zero, at most a day.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use funnel::Quota;
+    /// # use funnel_redis::{OnFailure, RedisLimiter};
+    /// # async fn demo() -> Result<(), funnel_redis::Error> {
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379/", Quota::per_hour(1)?)
+    ///     .on_failure(OnFailure::Closed)
+    ///     .outage_retry_after(Duration::from_secs(5))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn outage_retry_after(mut self, retry_after: Duration) -> Self {
+        self.outage_retry_after = retry_after;
+        self
+    }
+
     /// A local deny cache for up to `keys` keys (0, the default, turns it off).
     pub fn deny_cache(mut self, keys: usize) -> Self {
         self.cache_capacity = keys;
@@ -116,7 +146,8 @@ impl Builder {
     /// # Errors
     ///
     /// [`Error::SubMicrosecondQuota`], [`Error::NotCellQuota`], [`Error::Funnel`] for a bad
-    /// cache size or fallback quota, [`Error::InvalidUrl`]; [`Error::CellModuleMissing`] when
+    /// cache size or fallback quota, [`Error::InvalidSetting`] for an outage retry-after of
+    /// zero or over a day, [`Error::InvalidUrl`]; [`Error::CellModuleMissing`] when
     /// [`Backend::Cell`] is chosen, Redis answers, and `MODULE LIST` does not list redis-cell;
     /// [`Error::Connect`] under [`OnFailure::Report`] when the first attempt fails;
     /// [`Error::NoPermission`] under every policy when the server refuses the connection (a
@@ -140,7 +171,16 @@ impl Builder {
                 arguments: cell::cl_arguments(&self.quota)?,
             },
         };
-        let policy = Policy::new(self.on_failure, self.quota)?;
+        if self.outage_retry_after.is_zero() || self.outage_retry_after > MAX_OUTAGE_RETRY_AFTER {
+            return Err(Error::InvalidSetting {
+                setting: "outage_retry_after",
+                reason: format!(
+                    "{:?} is not within (0, {MAX_OUTAGE_RETRY_AFTER:?}]",
+                    self.outage_retry_after
+                ),
+            });
+        }
+        let policy = Policy::new(self.on_failure, self.quota, self.outage_retry_after)?;
         let cache = match self.cache_capacity {
             0 => None,
             keys => Some(Arc::new(DenyCache::new(self.quota, keys)?)),

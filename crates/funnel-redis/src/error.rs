@@ -87,6 +87,13 @@ pub enum Error {
     },
     /// A quota or table setting funnel rejected.
     Funnel(funnel::Error),
+    /// A [`Builder`](crate::Builder) setting out of its range.
+    InvalidSetting {
+        /// The builder method.
+        setting: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// The Redis URL (or a cluster seed) could not be parsed.
     InvalidUrl(redis::RedisError),
     /// [`OnFailure::Report`](crate::OnFailure::Report) and Redis could not be reached while
@@ -165,6 +172,7 @@ impl std::fmt::Display for Error {
                  exactly {emission_interval_ns} ns"
             ),
             Error::Funnel(e) => write!(f, "{e}"),
+            Error::InvalidSetting { setting, reason } => write!(f, "{setting}: {reason}"),
             Error::InvalidUrl(e) => write!(f, "invalid Redis URL: {e}"),
             Error::Connect { reason } => write!(f, "cannot connect to Redis: {reason}"),
             Error::Unavailable(failure) => write!(f, "{failure}"),

@@ -116,7 +116,9 @@
 //! [`OnFailure`] policy, and the answer says so ([`Checked::failure`], [`Checked::source`]):
 //!
 //! * [`OnFailure::Open`]: allow, as a fresh funnel would: no limit while Redis is down;
-//! * [`OnFailure::Closed`] (the default): deny: an outage blocks traffic;
+//! * [`OnFailure::Closed`] (the default): deny: an outage blocks traffic. The denial's
+//!   retry-after is the outage's, [`Builder::outage_retry_after`] (default 1 s, the longest
+//!   reconnect backoff), not the quota's emission interval (an hour for one an hour);
 //! * [`OnFailure::Local`]: decide on a local funnel with the quota divided by the fleet's
 //!   size, so the fleet stays near its limit (keys' debts in Redis are not carried over);
 //! * [`OnFailure::Report`]: return [`Error::Unavailable`] and let the caller choose.

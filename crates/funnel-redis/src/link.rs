@@ -23,6 +23,10 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisResult, Value};
 use tokio::sync::Notify;
 
+/// The longest wait between two attempts to connect: once Redis is back, the limiter connects
+/// within it.
+pub(crate) const LONGEST_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Where to connect.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -241,7 +245,7 @@ async fn connect(link: Weak<Link>, target: Target) {
         }
         drop(link);
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff = (backoff * 2).min(LONGEST_BACKOFF);
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use funnel::{Limiter, Quota, Timestamp};
+use std::time::Duration;
+
+use funnel::{Decision, Limiter, Quota, Timestamp};
 
 use crate::error::{Error, Failure};
 use crate::{Checked, Source};
@@ -17,8 +19,11 @@ pub enum OnFailure {
     /// Allow the request as a fresh funnel would. Redis being down never blocks traffic, and
     /// no limit holds meanwhile.
     Open,
-    /// Deny the request, with a retry after one emission interval per unit. Redis being down
-    /// blocks all traffic.
+    /// Deny the request. Redis being down blocks all traffic. The denial's retry-after is the
+    /// outage's, not the quota's ([`Builder::outage_retry_after`](crate::Builder::outage_retry_after),
+    /// by default the link's longest reconnect backoff, 1 s, within which the limiter is
+    /// connected again once Redis is back): a quota of one an hour does not tell clients to
+    /// come back in an hour for a blip of milliseconds.
     Closed,
     /// Decide on a local funnel whose limit and rate are the quota's divided by `instances`
     /// (the fleet's size), so the fleet as a whole stays near its limit while Redis is down.
@@ -113,11 +118,18 @@ impl Counters {
 pub(crate) struct Policy {
     on_failure: OnFailure,
     quota: Quota,
+    /// The retry-after of a denial under [`OnFailure::Closed`].
+    outage_retry_after: Duration,
     local: Option<Limiter<str>>,
 }
 
 impl Policy {
-    pub(crate) fn new(on_failure: OnFailure, quota: Quota) -> Result<Policy, Error> {
+    /// The policy; `outage_retry_after` must be checked by the caller (more than zero).
+    pub(crate) fn new(
+        on_failure: OnFailure,
+        quota: Quota,
+        outage_retry_after: Duration,
+    ) -> Result<Policy, Error> {
         let local = match on_failure {
             OnFailure::Local { instances } => {
                 Some(Limiter::<str>::builder(local_share(&quota, instances)?).build()?)
@@ -127,6 +139,7 @@ impl Policy {
         Ok(Policy {
             on_failure,
             quota,
+            outage_retry_after,
             local,
         })
     }
@@ -157,15 +170,11 @@ impl Policy {
                 Source::LocalFallback,
                 &counters.answered_locally,
             ),
-            (OnFailure::Closed, _) => {
-                // A funnel filled to its tolerance: every unit request waits one interval.
-                let full = now.saturating_add(self.quota.tolerance());
-                (
-                    self.quota.decide_at(full, now, n).0,
-                    Source::FailedClosed,
-                    &counters.failed_closed,
-                )
-            }
+            (OnFailure::Closed, _) => (
+                self.closed(n, now),
+                Source::FailedClosed,
+                &counters.failed_closed,
+            ),
             (OnFailure::Open, _) => (
                 self.quota.decide_at(Timestamp::ZERO, now, n).0,
                 Source::FailedOpen,
@@ -183,6 +192,26 @@ impl Policy {
             server_now: None,
             failure: Some(failure),
         })
+    }
+}
+
+impl Policy {
+    /// [`OnFailure::Closed`]'s denial of `n` units at `now`: the decision of a funnel so full
+    /// that the request fits again after `outage_retry_after` (its arrival time `now + τ − n·T +
+    /// R`). A peek (`n = 0`) sees a funnel filled to its tolerance, and a request over the
+    /// limit is turned away as it would be by Redis.
+    fn closed(&self, n: u64, now: Timestamp) -> Decision {
+        let tau = self.quota.tolerance();
+        let full = now.saturating_add(tau);
+        if n == 0 || n > self.quota.limit() {
+            return self.quota.decide_at(full, now, n).0;
+        }
+        // n ≤ limit, so n·T ≤ τ = limit·T.
+        let units = self.quota.emission_interval().as_nanos() * u128::from(n);
+        let room = tau.as_nanos() - units;
+        let ahead = Duration::from_nanos(u64::try_from(room).unwrap_or(u64::MAX))
+            .saturating_add(self.outage_retry_after);
+        self.quota.decide_at(now.saturating_add(ahead), now, n).0
     }
 }
 
@@ -204,7 +233,6 @@ pub(crate) fn local_share(quota: &Quota, instances: u32) -> Result<Quota, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn the_local_share_divides_the_limit_and_the_rate_by_the_instances() {
@@ -218,6 +246,30 @@ mod tests {
         assert_eq!(share.emission_interval(), Duration::from_secs(8));
     }
 
+    /// Closed's retry-after is the outage's, whatever the quota and the request's size; a
+    /// peek and a request over the limit are answered as before.
+    #[test]
+    fn a_closed_denial_carries_the_outage_retry_after() {
+        let now = Timestamp::from_nanos(7_000_000_000).unwrap();
+        let counters = Counters::default();
+        for quota in [
+            Quota::per_hour(1).unwrap(),
+            Quota::per_hour(1).unwrap().with_limit(5).unwrap(),
+            Quota::per_second(1000).unwrap().with_limit(3).unwrap(),
+        ] {
+            for retry in [Duration::from_millis(1), Duration::from_secs(1)] {
+                let p = Policy::new(OnFailure::Closed, quota, retry).unwrap();
+                for n in 1..=quota.limit() {
+                    let c = p.answer("k", n, Failure::Timeout, now, &counters).unwrap();
+                    assert!(!c.decision.is_allowed());
+                    assert_eq!(c.decision.retry_after(), Some(retry), "{quota:?} n={n}");
+                }
+                let over = p.answer("k", quota.limit() + 1, Failure::Timeout, now, &counters);
+                assert!(over.unwrap().decision.cost_exceeds_limit());
+            }
+        }
+    }
+
     #[test]
     fn each_policy_counts_its_own_answers_and_the_cause() {
         let q = Quota::per_second(1).unwrap().with_limit(2).unwrap();
@@ -228,7 +280,7 @@ mod tests {
             (OnFailure::Local { instances: 2 }, Some(true)),
             (OnFailure::Report, None),
         ] {
-            let p = Policy::new(policy, q).unwrap();
+            let p = Policy::new(policy, q, Duration::from_secs(1)).unwrap();
             let c = Counters::default();
             let timed_out = p.answer("k", 1, Failure::Timeout, now, &c);
             let refused = p.answer("k", 1, Failure::Connection, now, &c);

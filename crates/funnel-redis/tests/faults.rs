@@ -419,3 +419,52 @@ fn parse_command(buf: &[u8]) -> Option<(String, usize)> {
     }
     Some((name, at))
 }
+
+/// Under `OnFailure::Closed`, a denial during an outage (here a frozen server) carries the
+/// outage's retry-after (the reconnect backoff by default, or the one set), not the quota's
+/// emission interval (an hour); a denial by Redis carries the quota's. Zero is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_denial_during_an_outage_carries_the_outage_retry_after() {
+    let _serial = SERIAL.lock().await;
+    let server = server();
+    let one_an_hour = Quota::per_hour(1).unwrap();
+    let build = |retry: Option<Duration>| {
+        let mut b = RedisLimiter::builder(server.url(), one_an_hour)
+            .timeout(TIMEOUT)
+            .on_failure(OnFailure::Closed);
+        if let Some(retry) = retry {
+            b = b.outage_retry_after(retry);
+        }
+        b.build()
+    };
+    let default = build(None).await.unwrap();
+    let set = build(Some(Duration::from_millis(250))).await.unwrap();
+    assert!(default.check("k").await.unwrap().decision.is_allowed());
+    let by_redis = default.check("k").await.unwrap();
+    assert_eq!(by_redis.source, Source::Redis);
+    assert!(by_redis.decision.retry_after().unwrap() > Duration::from_secs(3_500));
+    server.pause();
+    for (l, retry) in [
+        (&default, Duration::from_secs(1)),
+        (&set, Duration::from_millis(250)),
+    ] {
+        let c = bounded("Closed", l.check("other")).await.unwrap();
+        assert_eq!(
+            (c.source, c.failure),
+            (Source::FailedClosed, Some(Failure::Timeout))
+        );
+        assert_eq!(c.decision.retry_after(), Some(retry));
+    }
+    server.resume();
+    let zero = build(Some(Duration::ZERO)).await;
+    assert!(
+        matches!(
+            zero,
+            Err(Error::InvalidSetting {
+                setting: "outage_retry_after",
+                ..
+            })
+        ),
+        "{zero:?}"
+    );
+}

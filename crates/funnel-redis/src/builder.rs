@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use funnel::Quota;
 use redis::Value;
+use tokio::sync::Semaphore;
 
 use crate::cache::{DenyCache, Monotonic};
 use crate::error::Error;
-use crate::limiter::Call;
 use crate::link::{Link, Target, LONGEST_BACKOFF};
 use crate::marker::{self, Markers};
 use crate::policy::{Counters, OnFailure, Policy};
+use crate::remote::{Call, Remote, GIVE_UP};
 use crate::{cell, script, Backend, RedisLimiter};
 
 /// Builds a [`RedisLimiter`].
@@ -28,8 +29,12 @@ pub struct Builder {
     connect_timeout: Duration,
     on_failure: OnFailure,
     outage_retry_after: Duration,
+    max_pending: usize,
     cache_capacity: usize,
 }
+
+/// [`Builder::max_pending`]'s default.
+const DEFAULT_MAX_PENDING: usize = 1_024;
 
 /// The longest [`Builder::outage_retry_after`]: a day.
 const MAX_OUTAGE_RETRY_AFTER: Duration = Duration::from_secs(86_400);
@@ -49,6 +54,7 @@ impl RedisLimiter {
             connect_timeout: Duration::from_secs(1),
             on_failure: OnFailure::Closed,
             outage_retry_after: LONGEST_BACKOFF,
+            max_pending: DEFAULT_MAX_PENDING,
             cache_capacity: 0,
         }
     }
@@ -74,6 +80,18 @@ impl Builder {
 
     /// How long a decision may wait for Redis, connecting included, before the failure policy
     /// answers (default 10 ms).
+    ///
+    /// **A request that timed out may still be charged.** Once sent, it is in Redis's queue:
+    /// a frozen or slow server runs it later (a frozen one when it thaws), and charges the key,
+    /// although the caller got the policy's answer. [`Stats::late_replies`](crate::Stats::late_replies)
+    /// counts the replies that came after the timeout and
+    /// [`Stats::late_charges`](crate::Stats::late_charges) those that admitted (charged) the
+    /// request. At most [`max_pending`](Self::max_pending) requests wait on Redis at once, so
+    /// at most that many can be charged late. A request still unanswered at four times the
+    /// timeout makes the limiter drop its connection and make a new one, so a frozen server
+    /// gets nothing more from this limiter until it answers a new connection; the requests
+    /// sent keep waiting for their replies, and are given up (their places freed, a later
+    /// reply not counted) 10 s after they were sent, or four times the timeout if longer.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -117,6 +135,18 @@ impl Builder {
         self
     }
 
+    /// How many requests of this limiter may wait on Redis at once (default 1,024; at least
+    /// 1): sent, and neither answered nor given up (10 s after they were sent, or four times
+    /// the [`timeout`](Self::timeout) if longer). A [`check_many`](RedisLimiter::check_many)
+    /// pipeline takes one place per key it sends. A request that finds no place is not sent,
+    /// and the failure policy answers it at once as [`Failure::Overloaded`](crate::Failure::Overloaded)
+    /// (counted in [`Stats::overloaded`](crate::Stats::overloaded)): a server slower than the
+    /// timeout makes nothing queue beyond this bound, in this process or in Redis.
+    pub fn max_pending(mut self, requests: usize) -> Self {
+        self.max_pending = requests;
+        self
+    }
+
     /// A local deny cache for up to `keys` keys (0, the default, turns it off).
     pub fn deny_cache(mut self, keys: usize) -> Self {
         self.cache_capacity = keys;
@@ -147,7 +177,7 @@ impl Builder {
     ///
     /// [`Error::SubMicrosecondQuota`], [`Error::NotCellQuota`], [`Error::Funnel`] for a bad
     /// cache size or fallback quota, [`Error::InvalidSetting`] for an outage retry-after of
-    /// zero or over a day, [`Error::InvalidUrl`]; [`Error::CellModuleMissing`] when
+    /// zero or over a day, or a `max_pending` of zero, [`Error::InvalidUrl`]; [`Error::CellModuleMissing`] when
     /// [`Backend::Cell`] is chosen, Redis answers, and `MODULE LIST` does not list redis-cell;
     /// [`Error::Connect`] under [`OnFailure::Report`] when the first attempt fails;
     /// [`Error::NoPermission`] under every policy when the server refuses the connection (a
@@ -180,6 +210,16 @@ impl Builder {
                 ),
             });
         }
+        if self.max_pending == 0 || self.max_pending > Semaphore::MAX_PERMITS {
+            return Err(Error::InvalidSetting {
+                setting: "max_pending",
+                reason: format!(
+                    "{} is not within [1, {}]",
+                    self.max_pending,
+                    Semaphore::MAX_PERMITS
+                ),
+            });
+        }
         let policy = Policy::new(self.on_failure, self.quota, self.outage_retry_after)?;
         let cache = match self.cache_capacity {
             0 => None,
@@ -198,9 +238,20 @@ impl Builder {
             .await
             .is_ok()
             && link.current().is_some();
+        let counters = Arc::new(Counters::default());
+        let markers = Arc::new(markers);
+        let remote = Arc::new(Remote {
+            link: link.clone(),
+            call,
+            limit: self.quota.limit(),
+            markers: markers.clone(),
+            counters: counters.clone(),
+            pending: Arc::new(Semaphore::new(self.max_pending)),
+            stale_after: self.stale_after(),
+        });
         let limiter = RedisLimiter {
             link,
-            call,
+            remote,
             quota: self.quota,
             prefix: self.prefix,
             hash_tag: self.hash_tag,
@@ -208,8 +259,8 @@ impl Builder {
             policy,
             cache,
             clock: Monotonic::new(),
-            counters: Arc::new(Counters::default()),
-            markers: Arc::new(markers),
+            counters,
+            markers,
         };
         // A server that refused us (a wrong password, say) is a setting to fix: no policy
         // answers for it, or `OnFailure::Open` would run without a limit until someone looked.
@@ -247,10 +298,15 @@ impl Builder {
         Ok(limiter)
     }
 
-    /// The connection's own response timeout: four times a request's (at least 1 ms),
-    /// saturating, so `timeout(Duration::MAX)` is accepted.
-    fn response_timeout(&self) -> Duration {
+    /// Four times a request's timeout (at least 1 ms), saturating, so `timeout(Duration::MAX)`
+    /// is accepted: a request unanswered for this long makes the connection stale (`remote.rs`).
+    fn stale_after(&self) -> Duration {
         self.timeout.max(Duration::from_millis(1)).saturating_mul(4)
+    }
+
+    /// The connection's own response timeout, when a request is given up (`remote.rs`).
+    fn response_timeout(&self) -> Duration {
+        self.stale_after().max(GIVE_UP)
     }
 
     fn target(&self) -> Result<Target, Error> {

@@ -10,6 +10,7 @@
 //! | `LOADING` | [`Failure::Loading`] | a restarted server reading its data set; passes by itself |
 //! | `READONLY` | [`Failure::ReadOnly`] | a failover demoted our server to a replica; the limiter reconnects |
 //! | `OOM` | [`Failure::OutOfMemory`] | `maxmemory` reached under `noeviction`: Redis cannot store an arrival time now, and nothing about the request is wrong |
+//! | not sent: `max_pending` requests already waiting on Redis | [`Failure::Overloaded`] | a slow or frozen server: requests do not queue without bound |
 //! | `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, `BUSY` | [`Failure::Unavailable`] | replication or cluster state, a resharding slot, another script running too long: all pass by themselves |
 //! | `WRONGTYPE` (also the script's own, for a string that is not an arrival time) | [`Error::WrongType`] | another program owns the key: answering by policy would hide it forever |
 //! | a script error | [`Error::Script`] | the script or its arguments are wrong |
@@ -35,7 +36,8 @@ use funnel::Decision;
 #[non_exhaustive]
 pub enum Failure {
     /// No reply within the limiter's timeout. The request may still reach Redis and be charged
-    /// there (a frozen server runs it when it thaws).
+    /// there: a frozen server runs it when it thaws ([`Stats::late_charges`](crate::Stats::late_charges)
+    /// counts those whose reply still came).
     Timeout,
     /// No connection: refused, reset or closed, or not established yet.
     Connection,
@@ -50,6 +52,10 @@ pub enum Failure {
     /// `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN` or `BUSY`: replication or cluster state, a slot
     /// being resharded, or another script running past the busy limit.
     Unavailable,
+    /// Not sent: [`Builder::max_pending`](crate::Builder::max_pending) requests of this limiter
+    /// were already waiting on Redis (a slow or frozen server), so this one was answered at
+    /// once rather than queued.
+    Overloaded,
 }
 
 impl std::fmt::Display for Failure {
@@ -63,6 +69,7 @@ impl std::fmt::Display for Failure {
             Failure::Unavailable => {
                 "Redis is not serving (MASTERDOWN, CLUSTERDOWN, TRYAGAIN or BUSY)"
             }
+            Failure::Overloaded => "too many requests are already waiting on Redis",
         })
     }
 }

@@ -129,9 +129,31 @@
 //! password, a missing ACL permission): [`Error::NoPermission`], from `build` and from every
 //! request, whatever the policy. The connection is made lazily: [`Builder::build`] waits
 //! for one attempt at most and, except under [`OnFailure::Report`], succeeds with Redis down;
-//! the limiter connects in the background and reconnects when Redis comes back. A request that
-//! timed out may still have been charged in Redis (a frozen server runs it when it thaws).
-//! [`Stats`] counts every path.
+//! the limiter connects in the background and reconnects when Redis comes back. [`Stats`]
+//! counts every path.
+//!
+//! ### Requests waiting on Redis
+//!
+//! * **A request that timed out may still be charged.** Once sent it is in Redis's queue, and
+//!   a frozen server runs it when it thaws (a slow one, when it gets to it): the key is charged
+//!   although the caller got the policy's answer. The limiter keeps reading the reply after
+//!   the timeout and counts it: [`Stats::late_replies`], and [`Stats::late_charges`] for the
+//!   requests Redis admitted, so charged (see [`Builder::timeout`]).
+//! * **The number waiting is bounded.** At most [`Builder::max_pending`] requests of a limiter
+//!   (default 1,024) wait on Redis at once; one that finds no place is not sent, and the policy
+//!   answers it at once as [`Failure::Overloaded`] ([`Stats::overloaded`]). So a server slower
+//!   than the timeout for seconds makes nothing queue without bound, here or in Redis, and at
+//!   most that many requests can be charged late.
+//! * **A stale connection is replaced.** A request unanswered at four times the timeout makes
+//!   the limiter drop its connection and make a new one: a frozen server gets nothing more
+//!   from this limiter until it answers a new connection. Requests already sent are given up
+//!   10 s after they were sent (or four times the timeout if longer): their places are freed
+//!   and a reply after that is not counted.
+//! * **A connection killed mid-request** (`CLIENT KILL`, a proxy or a network failure): its
+//!   requests are answered by the policy as [`Failure::Connection`], and the next request
+//!   connects again. One that Redis had already run was charged although the caller got the
+//!   policy's answer: the caller may be denied what Redis admitted, never admitted what Redis
+//!   denied.
 //!
 //! ## Redis Cluster
 //!
@@ -168,6 +190,7 @@ mod limiter;
 mod link;
 mod marker;
 mod policy;
+mod remote;
 mod reply;
 mod script;
 

@@ -6,21 +6,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use funnel::{Outcome, Quota, Timestamp};
-use redis::{Cmd, Value};
+use redis::Value;
 
 use crate::cache::{DenyCache, Monotonic};
-use crate::error::{came_back, sort, Error, Failure, Sorted};
+use crate::error::{Error, Failure, Sorted};
 use crate::link::{Conn, Link};
 use crate::marker::Markers;
 use crate::policy::{Counters, Policy};
-use crate::script::{self, Verdict};
+use crate::remote::{Call, Remote};
+use crate::script::Verdict;
 use crate::{reply, Backend, Checked, Source, Stats};
 
 /// A funnel limiter whose state lives in Redis, shared by every instance that uses the same
 /// Redis and key prefix. See the crate documentation.
 pub struct RedisLimiter {
     pub(crate) link: Arc<Link>,
-    pub(crate) call: Call,
+    pub(crate) remote: Arc<Remote>,
     pub(crate) quota: Quota,
     pub(crate) prefix: String,
     pub(crate) hash_tag: bool,
@@ -45,14 +46,6 @@ impl std::fmt::Debug for RedisLimiter {
             .field("connected", &self.link.current().is_some())
             .finish()
     }
-}
-
-/// How a request is put to Redis.
-pub(crate) enum Call {
-    /// The script, with the quota's emission interval and tolerance in µs.
-    Script { sha: String, t_us: u64, tau_us: u64 },
-    /// `CL.THROTTLE` with `[max_burst, count, period_s]`.
-    Cell { arguments: [i64; 3] },
 }
 
 /// One key's answer, or why there is none yet.
@@ -91,7 +84,7 @@ impl RedisLimiter {
     /// [`Backend::Cell`].
     #[cfg(feature = "injected-time")]
     pub async fn check_n_at(&self, key: &str, n: u64, now: Timestamp) -> Result<Checked, Error> {
-        if matches!(self.call, Call::Cell { .. }) {
+        if matches!(self.remote.call, Call::Cell { .. }) {
             return Err(Error::InjectedTimeUnsupported);
         }
         self.decide(key, n, Some(now.as_nanos() / 1_000)).await
@@ -106,7 +99,7 @@ impl RedisLimiter {
             }
         }
         let redis_key = self.redis_key(key);
-        let reply = tokio::time::timeout(self.timeout, self.one(&redis_key, n, now_us)).await;
+        let reply = tokio::time::timeout(self.timeout, self.one(redis_key, n, now_us)).await;
         let sorted = match reply {
             Ok(Ok(value)) => {
                 return self.read(key, n, sent, value, now_us.is_none().then_some(epoch))
@@ -115,6 +108,19 @@ impl RedisLimiter {
             Err(_elapsed) => Sorted::Failure(self.elapsed()),
         };
         self.failed(key, n, sorted)
+    }
+
+    /// One request to Redis, on a task of its own that keeps its place among the requests
+    /// waiting on Redis until the reply (`remote.rs`).
+    async fn one(&self, redis_key: String, n: u64, now_us: Option<u64>) -> Result<Value, Sorted> {
+        let Some(conn) = self.link.get().await else {
+            return Err(self.no_connection());
+        };
+        let place = self.remote.place(1)?;
+        let reply = self.remote.send_one(place, conn, redis_key, n, now_us);
+        reply
+            .await
+            .unwrap_or(Err(Sorted::Failure(Failure::Connection)))
     }
 
     /// Why the timeout ran out: waiting for a connection, or for a reply.
@@ -133,28 +139,6 @@ impl RedisLimiter {
         match self.link.refused() {
             Some(message) => Sorted::Error(Error::NoPermission { message }),
             None => Sorted::Failure(Failure::Connection),
-        }
-    }
-
-    /// One request to Redis: the command, and when the script is not loaded (a new or
-    /// restarted server), the same request as `EVAL`, which loads it.
-    async fn one(&self, redis_key: &str, n: u64, now_us: Option<u64>) -> Result<Value, Sorted> {
-        let Some((generation, mut conn)) = self.link.get().await else {
-            return Err(self.no_connection());
-        };
-        let first = conn
-            .command(&self.command(redis_key, n, now_us, false))
-            .await
-            .map(|value| self.restored(value));
-        match self.sorted(first, redis_key, generation) {
-            Err(Sorted::NoScript) => {
-                let again = conn
-                    .command(&self.command(redis_key, n, now_us, true))
-                    .await
-                    .map(|value| self.restored(value));
-                self.sorted(again, redis_key, generation)
-            }
-            other => other,
         }
     }
 
@@ -221,7 +205,7 @@ impl RedisLimiter {
         (sent, epoch): (Timestamp, u64),
         answers: &Mutex<Vec<Slot>>,
     ) {
-        let Some((generation, conn)) = self.link.get().await else {
+        let Some(conn) = self.link.get().await else {
             let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
             for (j, &i) in remote.iter().enumerate() {
                 answers[j] = Some(self.failed(keys[i], n, self.no_connection()));
@@ -229,14 +213,27 @@ impl RedisLimiter {
             return;
         };
         let redis_keys: Vec<String> = remote.iter().map(|&i| self.redis_key(keys[i])).collect();
-        let groups = groups(&conn, &redis_keys);
+        let groups = groups(&conn.1, &redis_keys);
         let pipelines = groups.iter().map(|group| {
-            let mut conn = conn.clone();
+            let conn = conn.clone();
             let redis_keys = &redis_keys;
             async move {
-                let results = self
-                    .pipeline(&mut conn, generation, group, redis_keys, n)
-                    .await;
+                let results = match self.remote.place(group.len()) {
+                    Ok(place) => {
+                        let members = group.iter().map(|&j| redis_keys[j].clone()).collect();
+                        let replies = self.remote.send_pipeline(place, conn, members, n);
+                        replies.await.unwrap_or_else(|_| {
+                            group
+                                .iter()
+                                .map(|_| Err(Sorted::Failure(Failure::Connection)))
+                                .collect()
+                        })
+                    }
+                    Err(_) => group
+                        .iter()
+                        .map(|_| Err(Sorted::Failure(Failure::Overloaded)))
+                        .collect(),
+                };
                 let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
                 for (&j, result) in group.iter().zip(results) {
                     let key = keys[remote[j]];
@@ -248,163 +245,6 @@ impl RedisLimiter {
             }
         });
         join_all(pipelines).await;
-    }
-
-    /// One pipeline for the keys `group` (indices into `redis_keys`); one result per key. The
-    /// keys that found no script are sent again, as `EVAL`, in a second pipeline.
-    async fn pipeline(
-        &self,
-        conn: &mut Conn,
-        generation: u64,
-        group: &[usize],
-        redis_keys: &[String],
-        n: u64,
-    ) -> Vec<Result<Value, Sorted>> {
-        let send = |conn: &mut Conn, members: Vec<usize>, eval: bool| {
-            let mut pipe = redis::pipe();
-            for &j in &members {
-                pipe.add_command(self.command(&redis_keys[j], n, None, eval));
-            }
-            let mut conn = conn.clone();
-            async move { (conn.pipeline(&pipe, members.len()).await, members) }
-        };
-        let mut results: Vec<Option<Result<Value, Sorted>>> = group.iter().map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..group.len()).collect();
-        for eval in [false, true] {
-            let members: Vec<usize> = pending.iter().map(|&g| group[g]).collect();
-            let (replies, _) = send(conn, members, eval).await;
-            let redis_key = &redis_keys[group[pending[0]]];
-            match replies {
-                Ok(values) if values.len() == pending.len() => {
-                    Counters::add(&self.counters.round_trips, 1);
-                    let mut again = Vec::new();
-                    for (&g, value) in pending.iter().zip(values) {
-                        match self.restored(value).extract_error() {
-                            Ok(v) => results[g] = Some(Ok(v)),
-                            Err(e) => match sort(&e, &redis_keys[group[g]]) {
-                                Sorted::NoScript if !eval => again.push(g),
-                                sorted => results[g] = Some(Err(self.noted(sorted, generation))),
-                            },
-                        }
-                    }
-                    pending = again;
-                }
-                Ok(values) => {
-                    Counters::add(&self.counters.round_trips, 1);
-                    let reply = format!(
-                        "{} replies to a pipeline of {}",
-                        values.len(),
-                        pending.len()
-                    );
-                    for &g in &pending {
-                        results[g] = Some(Err(Sorted::Error(Error::UnexpectedReply {
-                            reply: reply.clone(),
-                        })));
-                    }
-                    pending.clear();
-                }
-                Err(e) => {
-                    if came_back(&e) {
-                        Counters::add(&self.counters.round_trips, 1);
-                    }
-                    // A cluster pipeline reports its first error reply for all its commands
-                    // (`Conn::pipeline`). The script answers a key's own error as a value, read
-                    // above, so with it this is the node's or the connection's, the same for
-                    // every key. `CL.THROTTLE`'s `WRONGTYPE` for one foreign key lands here too,
-                    // and every key of the slot gets it (documented on `check_many`).
-                    let retry = matches!(sort(&e, redis_key), Sorted::NoScript) && !eval;
-                    if !retry {
-                        for &g in &pending {
-                            let sorted = sort(&e, &redis_keys[group[g]]);
-                            results[g] = Some(Err(self.noted(sorted, generation)));
-                        }
-                        pending.clear();
-                    }
-                }
-            }
-            if pending.is_empty() {
-                break;
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or(Err(Sorted::Error(Error::Script {
-                    message: "NOSCRIPT after EVAL".into(),
-                })))
-            })
-            .collect()
-    }
-
-    /// A reply to the script with its `{3, message}` (a key's own error, as a value) turned
-    /// back into the error reply it stands for (`script::reply`); `CL.THROTTLE`'s as it came.
-    fn restored(&self, value: Value) -> Value {
-        match self.call {
-            Call::Script { .. } => script::reply(value),
-            Call::Cell { .. } => value,
-        }
-    }
-
-    /// The command for one request: the script (`EVALSHA`, or `EVAL` to load it) or
-    /// `CL.THROTTLE`.
-    fn command(&self, redis_key: &str, n: u64, now_us: Option<u64>, eval: bool) -> Cmd {
-        match &self.call {
-            Call::Script { sha, t_us, tau_us } => {
-                let mut cmd = if eval {
-                    let mut c = redis::cmd("EVAL");
-                    c.arg(script::GCRA);
-                    c
-                } else {
-                    let mut c = redis::cmd("EVALSHA");
-                    c.arg(sha);
-                    c
-                };
-                match self.markers.for_key(redis_key) {
-                    Some((_, marker)) => cmd.arg(2).arg(redis_key).arg(marker),
-                    None => cmd.arg(1).arg(redis_key),
-                };
-                cmd.arg(t_us).arg(tau_us).arg(self.quota.limit()).arg(n);
-                if let Some(now) = now_us {
-                    cmd.arg(now);
-                }
-                cmd
-            }
-            Call::Cell { arguments } => {
-                let mut cmd = redis::cmd("CL.THROTTLE");
-                cmd.arg(redis_key).arg(&arguments[..]).arg(n);
-                cmd
-            }
-        }
-    }
-
-    /// A reply, counted as a round trip when it came back, with an error reply sorted.
-    fn sorted(
-        &self,
-        result: redis::RedisResult<Value>,
-        redis_key: &str,
-        generation: u64,
-    ) -> Result<Value, Sorted> {
-        let result = match result {
-            Ok(value) => {
-                Counters::add(&self.counters.round_trips, 1);
-                value.extract_error()
-            }
-            Err(e) => {
-                if came_back(&e) {
-                    Counters::add(&self.counters.round_trips, 1);
-                }
-                Err(e)
-            }
-        };
-        result.map_err(|e| self.noted(sort(&e, redis_key), generation))
-    }
-
-    /// Acts on a sorted error: a `READONLY` reply drops the connection and connects again.
-    fn noted(&self, sorted: Sorted, generation: u64) -> Sorted {
-        if matches!(sorted, Sorted::Failure(Failure::ReadOnly)) {
-            self.link.reconnect(generation);
-        }
-        sorted
     }
 
     /// The answer when Redis did not decide: the policy for a failure, the error otherwise.
@@ -451,7 +291,7 @@ impl RedisLimiter {
         value: Value,
         learn: Option<u64>,
     ) -> Result<Checked, Error> {
-        let read = match &self.call {
+        let read = match &self.remote.call {
             Call::Script { .. } => self.read_script(key, n, sent, value, learn),
             Call::Cell { .. } => self.read_cell(key, n, sent, value, learn),
         };
@@ -571,7 +411,7 @@ impl RedisLimiter {
                 return Err(self.no_connection());
             };
             let reply = conn.command(redis::cmd("DEL").arg(&redis_key)).await;
-            self.sorted(reply, &redis_key, generation)
+            self.remote.sorted(reply, &redis_key, generation)
         };
         match tokio::time::timeout(self.timeout, del).await {
             Ok(Ok(Value::Int(deleted))) => Ok(deleted > 0),
@@ -602,7 +442,7 @@ impl RedisLimiter {
             let reply = conn
                 .command(&redis::cmd("MODULE").arg("LIST").clone())
                 .await;
-            self.sorted(reply, "", generation)
+            self.remote.sorted(reply, "", generation)
         };
         match tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), list).await {
             Ok(Ok(value)) => Ok(crate::builder::lists_redis_cell(&value)),
@@ -625,7 +465,7 @@ impl RedisLimiter {
 
     /// The backend in use.
     pub fn backend(&self) -> Backend {
-        match self.call {
+        match self.remote.call {
             Call::Script { .. } => Backend::Script,
             Call::Cell { .. } => Backend::Cell,
         }

@@ -38,9 +38,9 @@ pub enum OnFailure {
     Report,
 }
 
-/// Counters, each a snapshot. Every failure is counted once as a timeout or an error and once
-/// by the path that answered it: `timeouts + redis_errors == failed_open + failed_closed +
-/// answered_locally + reported`.
+/// Counters, each a snapshot. Every failure is counted once by its cause (a timeout, an
+/// overload or another error) and once by the path that answered it: `timeouts + overloaded +
+/// redis_errors == failed_open + failed_closed + answered_locally + reported`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -55,8 +55,11 @@ pub struct Stats {
     /// Decisions that failed because no reply came within the timeout.
     pub timeouts: u64,
     /// Decisions that failed for another [`Failure`] (connection, `LOADING`, `READONLY`,
-    /// `OOM`, ...).
+    /// `OOM`, ...), except [`Failure::Overloaded`].
     pub redis_errors: u64,
+    /// Requests not sent because [`Builder::max_pending`](crate::Builder::max_pending)
+    /// requests were already waiting on Redis ([`Failure::Overloaded`]).
+    pub overloaded: u64,
     /// Failures answered by [`OnFailure::Open`].
     pub failed_open: u64,
     /// Failures answered by [`OnFailure::Closed`].
@@ -72,6 +75,12 @@ pub struct Stats {
     /// see the crate documentation, "When Redis loses its data"): each emptied the deny
     /// cache. [`Backend::Script`](crate::Backend::Script) only.
     pub data_losses: u64,
+    /// Replies that came after the caller's timeout, when the policy had answered: Redis ran
+    /// those requests late (a frozen server thawing, a slow one catching up).
+    pub late_replies: u64,
+    /// Of those, the requests Redis admitted, and so charged to their keys, although the caller
+    /// got the policy's answer (see [`Builder::timeout`](crate::Builder::timeout)).
+    pub late_charges: u64,
 }
 
 #[derive(Default)]
@@ -81,12 +90,15 @@ pub(crate) struct Counters {
     pub(crate) cache_denials: AtomicU64,
     timeouts: AtomicU64,
     redis_errors: AtomicU64,
+    overloaded: AtomicU64,
     failed_open: AtomicU64,
     failed_closed: AtomicU64,
     answered_locally: AtomicU64,
     reported: AtomicU64,
     pub(crate) typed_errors: AtomicU64,
     pub(crate) data_losses: AtomicU64,
+    pub(crate) late_replies: AtomicU64,
+    pub(crate) late_charges: AtomicU64,
 }
 
 impl Counters {
@@ -104,12 +116,15 @@ impl Counters {
             cache_denials: get(&self.cache_denials),
             timeouts: get(&self.timeouts),
             redis_errors: get(&self.redis_errors),
+            overloaded: get(&self.overloaded),
             failed_open: get(&self.failed_open),
             failed_closed: get(&self.failed_closed),
             answered_locally: get(&self.answered_locally),
             reported: get(&self.reported),
             typed_errors: get(&self.typed_errors),
             data_losses: get(&self.data_losses),
+            late_replies: get(&self.late_replies),
+            late_charges: get(&self.late_charges),
         }
     }
 }
@@ -158,10 +173,10 @@ impl Policy {
         now: Timestamp,
         counters: &Counters,
     ) -> Result<Checked, Error> {
-        let cause = if failure == Failure::Timeout {
-            &counters.timeouts
-        } else {
-            &counters.redis_errors
+        let cause = match failure {
+            Failure::Timeout => &counters.timeouts,
+            Failure::Overloaded => &counters.overloaded,
+            _ => &counters.redis_errors,
         };
         Counters::add(cause, 1);
         let (decision, source, path) = match (self.on_failure, &self.local) {

@@ -108,3 +108,14 @@ pub(crate) fn cell(
     })?;
     cell::decision(quota, n, reply, sent)
 }
+
+/// Whether a reply (as read from the wire, a key's own error still a value) says Redis admitted
+/// the request, and so charged it: the script's code 1, `CL.THROTTLE`'s `limited` 0. For the
+/// replies no caller waits for any more; the caller's reading is [`script`] or [`cell`].
+pub(crate) fn admitted(cell: bool, value: &Value) -> bool {
+    if cell {
+        ints::<5>(value).is_some_and(|[limited, ..]| limited == 0)
+    } else {
+        ints::<4>(value).is_some_and(|[code, ..]| code == 1)
+    }
+}

@@ -1,5 +1,6 @@
 //! Faults against a real `redis-server`: frozen (SIGSTOP), killed and restarted, down when the
-//! limiter is built, demoted to a replica (`READONLY`), out of memory (`OOM`); and, from a fake
+//! limiter is built, demoted to a replica (`READONLY`), out of memory (`OOM`), its clients
+//! killed mid-pipeline (`CLIENT KILL`), evicting funnels (`allkeys-lru`); and, from a fake
 //! server, the replies a real one is hard to bring into (`LOADING`, `BUSY`, `MASTERDOWN`).
 //! Each failure policy does what it says, nothing waits past the timeout by more than
 //! `MARGIN`, and Redis decides, and counts, again once it is back.
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use funnel::Quota;
 use funnel_redis::{Checked, Error, Failure, OnFailure, RedisLimiter, Source};
-use funnel_testkit::redis_server::{inspect, server};
+use funnel_testkit::redis_server::{info_field_on, inspect, server, RedisServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
@@ -467,4 +468,154 @@ async fn a_closed_denial_during_an_outage_carries_the_outage_retry_after() {
         ),
         "{zero:?}"
     );
+}
+
+/// `CLIENT KILL` of the limiter's connections, again and again, while pipelines and single
+/// requests are in flight: each request on a killed connection is answered by the policy
+/// (`Closed`: denied) as a connection failure, never as an error, the limiter connects again
+/// by itself, and no key is ever admitted beyond its limit: what Redis admitted is at most what
+/// it charged (a request it ran whose reply the kill lost is charged, and denied by the
+/// policy), and what it charged is at most the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kill_mid_pipeline_is_a_connection_failure_and_admits_nothing_beyond_the_limit() {
+    let _serial = SERIAL.lock().await;
+    let server = server();
+    const LIMIT: u64 = 20;
+    let quota = Quota::per_hour(1).unwrap().with_limit(LIMIT).unwrap();
+    let l = std::sync::Arc::new(
+        RedisLimiter::builder(server.url(), quota)
+            .timeout(TIMEOUT)
+            .on_failure(OnFailure::Closed)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let keys: Vec<String> = (0..16).map(|i| format!("key-{i}")).collect();
+    let admitted: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
+        Default::default();
+    let until = Instant::now() + Duration::from_millis(1_000);
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (l, keys, admitted) = (l.clone(), keys.clone(), admitted.clone());
+            tokio::spawn(async move {
+                let mut connection_failures = 0;
+                let mut round = 0usize;
+                while Instant::now() < until {
+                    round += 1;
+                    let batch: Vec<&str> = (0..8)
+                        .map(|j| keys[(w * 3 + round + j) % keys.len()].as_str())
+                        .collect();
+                    let answers = if round % 4 == 0 {
+                        vec![l.check(batch[0]).await]
+                    } else {
+                        l.check_many(&batch, 1).await
+                    };
+                    for (key, answer) in batch.iter().zip(answers) {
+                        let c = answer.unwrap_or_else(|e| panic!("{key}: {e}"));
+                        match c.source {
+                            Source::Redis if c.decision.is_allowed() => {
+                                *admitted.lock().unwrap().entry(key.to_string()).or_default() += 1;
+                            }
+                            Source::Redis => {}
+                            Source::FailedClosed => {
+                                assert!(!c.decision.is_allowed());
+                                let failure = c.failure.unwrap();
+                                assert!(
+                                    matches!(failure, Failure::Connection | Failure::Timeout),
+                                    "{failure:?}"
+                                );
+                                connection_failures += u64::from(failure == Failure::Connection);
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                connection_failures
+            })
+        })
+        .collect();
+    let mut killer = inspect(&server);
+    let mut killed = 0;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let n: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut killer)
+            .unwrap();
+        killed += n;
+    }
+    let mut connection_failures = 0;
+    for w in workers {
+        connection_failures += w.await.unwrap();
+    }
+    assert!(killed >= 5, "{killed} connections killed");
+    assert!(
+        connection_failures > 0,
+        "no request was caught by a kill: {:?}",
+        l.stats()
+    );
+    for key in &keys {
+        until_redis_decides(&l, key).await;
+        let c = l.check_n(key, 0).await.unwrap();
+        let charged = LIMIT - c.decision.remaining();
+        let admitted = admitted.lock().unwrap().get(key).copied().unwrap_or(0);
+        assert!(
+            admitted <= charged && charged <= LIMIT,
+            "{key}: admitted {admitted}, charged {charged}"
+        );
+    }
+    assert_eq!(l.stats().typed_errors, 0);
+}
+
+/// `maxmemory` with `allkeys-lru`: Redis evicts funnels like any other key to make room. No
+/// request fails (an eviction policy never answers `OOM` while it can evict), and an evicted
+/// funnel is forgiven: its key gets a full burst again, decided by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allkeys_lru_evicts_funnels_and_an_evicted_key_gets_a_full_burst_again() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]).unwrap();
+    let l = limiter(server.url(), OnFailure::Closed).await;
+    let mut con = inspect(&server);
+    let used: u64 = info_field_on(&mut con, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used + 2_000_000)
+        .query(&mut con)
+        .unwrap();
+    for i in 0..5 {
+        let c = l.check("victim").await.unwrap();
+        assert_eq!((c.source, c.decision.is_allowed()), (Source::Redis, i < 4));
+    }
+    let victim = l.redis_key("victim");
+    let filler = vec![b'x'; 100_000];
+    let mut evicted_after = None;
+    for i in 0..2_000 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query(&mut con)
+            .unwrap();
+        // A key in use all along: Redis keeps deciding it, with no error.
+        let hot = l.check_n("hot", 0).await.unwrap();
+        assert_eq!(hot.source, Source::Redis, "{hot:?}");
+        let exists: bool = redis::cmd("EXISTS").arg(&victim).query(&mut con).unwrap();
+        if !exists {
+            evicted_after = Some(i);
+            break;
+        }
+    }
+    assert!(
+        evicted_after.is_some(),
+        "the victim's funnel was never evicted"
+    );
+    assert_counting(&l, "victim").await;
+    let s = l.stats();
+    assert_eq!((s.redis_errors, s.typed_errors), (0, 0), "{s:?}");
 }

@@ -186,6 +186,9 @@ mod builder;
 mod cache;
 mod cell;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod limiter;
 mod link;
 mod marker;

@@ -208,9 +208,7 @@ impl Policy {
             failure: Some(failure),
         })
     }
-}
 
-impl Policy {
     /// [`OnFailure::Closed`]'s denial of `n` units at `now`: the decision of a funnel so full
     /// that the request fits again after `outage_retry_after` (its arrival time `now + τ − n·T +
     /// R`). A peek (`n = 0`) sees a funnel filled to its tolerance, and a request over the

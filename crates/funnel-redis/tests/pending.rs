@@ -183,3 +183,26 @@ async fn a_server_slower_than_the_timeout_for_seconds_queues_nothing_beyond_the_
     assert!(s.late_charges > 0, "no request was late: {s:?}");
     assert_eq!(charged, admitted_by_redis + s.late_charges, "{s:?}");
 }
+
+/// A `check_many` takes one place per key it sends to Redis: one with more keys than
+/// `max_pending` is answered by the policy as `Overloaded`, at once, and sends nothing; one
+/// within the bound is decided by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_takes_one_place_per_key() {
+    let _serial = SERIAL.lock().await;
+    let server = server();
+    let l = limiter(&server, 2).await;
+    for answer in l.check_many(&["a", "b", "c"], 1).await {
+        let c = answer.unwrap();
+        assert_eq!(
+            (c.source, c.failure),
+            (Source::FailedClosed, Some(Failure::Overloaded))
+        );
+    }
+    assert_eq!(l.stats().round_trips, 0);
+    for answer in l.check_many(&["a", "b"], 1).await {
+        let c = answer.unwrap();
+        assert_eq!((c.source, c.decision.is_allowed()), (Source::Redis, true));
+    }
+    assert_eq!(charged(&l, "c").await, 0);
+}

@@ -111,7 +111,7 @@ pub(crate) fn cell(
 
 /// Whether a reply (as read from the wire, a key's own error still a value) says Redis admitted
 /// the request, and so charged it: the script's code 1, `CL.THROTTLE`'s `limited` 0. For the
-/// replies no caller waits for any more; the caller's reading is [`script`] or [`cell`].
+/// replies no caller waits for any more; the caller's reading is [`script()`](fn@script) or [`cell()`](fn@cell).
 pub(crate) fn admitted(cell: bool, value: &Value) -> bool {
     if cell {
         ints::<5>(value).is_some_and(|[limited, ..]| limited == 0)

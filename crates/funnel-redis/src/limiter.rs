@@ -161,7 +161,10 @@ impl RedisLimiter {
     /// [`check`](Self::check) for a key that may hold a foreign value there.
     ///
     /// The whole call is bounded by the timeout; a key whose pipeline did not come back is
-    /// answered by the failure policy.
+    /// answered by the failure policy (its reply is still read, and counted, when it comes:
+    /// see [`Builder::timeout`](crate::Builder::timeout)). The pipeline takes one of the
+    /// [`max_pending`](crate::Builder::max_pending) places per key it sends; with none free,
+    /// its keys are answered by the policy as [`Failure::Overloaded`] and nothing is sent.
     pub async fn check_many(&self, keys: &[&str], n: u64) -> Vec<Result<Checked, Error>> {
         let sent = self.clock.now();
         let epoch = self.cache_epoch();

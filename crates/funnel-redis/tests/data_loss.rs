@@ -134,7 +134,7 @@ fn replicaof(server: &RedisServer, primary: Option<&RedisServer>) {
 /// replication id did not, and the limiter sees that within about a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_to_a_replica_that_missed_writes_empties_the_deny_cache() {
-    // No delay before a full sync (5 s by default), so the test takes about 3 s.
+    // No delay before a full sync (Redis waits 5 s by default for more replicas to join).
     let fast = ["--repl-diskless-sync-delay", "0"];
     let primary = RedisServer::start_with(&fast).unwrap();
     let replica = RedisServer::start_with(&fast).unwrap();

@@ -47,6 +47,9 @@ OPTIONS:
                            request path.
     --trust <net>          a proxy in front of this one whose X-Forwarded-For (or Forwarded)
                            the client keys believe (repeatable; none by default)
+    --exempt-path <path>   requests under this path pass unlimited (whole segments: /health
+                           exempts /health/db, not /healthz; a path with a dot segment or an
+                           encoded slash is never exempt); repeatable
     --shadow               evaluate and count, add headers, never reject
     --legacy-headers       X-RateLimit-Limit/Remaining/Reset instead of RateLimit-Policy/RateLimit
     --closest              RateLimit headers for the policy closest to its limit only
@@ -63,6 +66,7 @@ struct Args {
     upstream: Uri,
     limits: Vec<String>,
     trusted: Vec<Net>,
+    exempt_paths: Vec<String>,
     shadow: bool,
     report: Report,
     no_limit: bool,
@@ -78,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
         upstream: Uri::default(),
         limits: Vec::new(),
         trusted: Vec::new(),
+        exempt_paths: Vec::new(),
         shadow: false,
         report: Report::All,
         no_limit: false,
@@ -114,6 +119,7 @@ fn parse_args() -> Result<Args, String> {
                 args.trusted
                     .push(Net::parse(&v).ok_or(format!("--trust {v:?}: not a network"))?);
             }
+            "--exempt-path" => args.exempt_paths.push(value("--exempt-path")?),
             "--shadow" => args.shadow = true,
             "--legacy-headers" => args.report = Report::Legacy,
             "--closest" => args.report = Report::Closest,
@@ -155,17 +161,25 @@ impl tower_service::Service<Request<Incoming>> for Forward {
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = format!(
-            "http://{}{}",
-            self.upstream.authority().map_or("", |a| a.as_str()),
-            path
-        );
+        // Only a path is forwarded: `OPTIONS *` and `CONNECT host:port` name no resource of
+        // the upstream, and the client's error, not the upstream's (a 400, not a 502).
+        let path = match parts.uri.path_and_query() {
+            Some(p) if p.as_str().starts_with('/') => Some(p.as_str()),
+            _ if parts.uri.scheme().is_some() => Some("/"), // `http://host` without a path
+            _ => None,
+        };
+        let uri = path.map(|path| {
+            format!(
+                "http://{}{}",
+                self.upstream.authority().map_or("", |a| a.as_str()),
+                path
+            )
+        });
         let client = self.client.clone();
         Box::pin(async move {
-            match uri.parse() {
-                Ok(uri) => parts.uri = uri,
-                Err(_) => return Ok(status(StatusCode::BAD_REQUEST)),
+            match uri.map(|u| u.parse()) {
+                Some(Ok(uri)) => parts.uri = uri,
+                _ => return Ok(status(StatusCode::BAD_REQUEST)),
             }
             match client.request(Request::from_parts(parts, body)).await {
                 Ok(resp) => Ok(resp.map(|b| b.boxed())),
@@ -281,6 +295,9 @@ async fn main() {
     let mut builder = RateLimitLayer::builder()
         .shadow(args.shadow)
         .report(args.report);
+    for path in &args.exempt_paths {
+        builder = builder.exempt_path(path.clone());
+    }
     for spec in &args.limits {
         match parse_limit(spec, &args.trusted) {
             Ok(p) => builder = builder.policy(p.name, p.key, p.quota),

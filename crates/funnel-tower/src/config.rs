@@ -134,8 +134,10 @@ impl Builder {
     /// Requests under the path `prefix` pass unlimited, uncounted and without headers. The
     /// match is by whole segments: `/health` exempts `/health`, `/health/` and `/health/db`,
     /// not `/healthz` (a trailing `/` in `prefix` changes nothing; `/` exempts every path).
-    /// A path with a `.` or `..` segment (also percent-encoded) or an encoded `/` is never
-    /// exempt, since the upstream may normalise it into a path outside `prefix`. A prefix that
+    /// A path with a `.` or `..` segment (also percent-encoded, also with `;` parameters, as
+    /// in `..;x`), an encoded `/` or `\`, or a plain `\` is never exempt, since the upstream
+    /// may normalise it into a path outside `prefix`. Nothing else is decoded: `/%68ealth` is
+    /// not `/health` here (it is limited, the safe side). A prefix that
     /// does not start with `/` is [`Error::BadExemptPath`].
     pub fn exempt_path(mut self, prefix: impl Into<String>) -> Self {
         self.exempt_paths.push(prefix.into());
@@ -193,12 +195,7 @@ impl Builder {
         }
         let mut exempt_paths = Vec::with_capacity(self.exempt_paths.len());
         for p in self.exempt_paths {
-            if !p.starts_with('/') {
-                return Err(Error::BadExemptPath(p));
-            }
-            // `/health/` and `/health` are one prefix; `/` stays `/`.
-            let trimmed = p.trim_end_matches('/');
-            exempt_paths.push(Box::from(if trimmed.is_empty() { "/" } else { trimmed }));
+            exempt_paths.push(exempt_prefix(p)?);
         }
         let mut policies: Vec<Policy<C>> = Vec::with_capacity(self.policies.len());
         for def in self.policies {
@@ -341,14 +338,27 @@ impl<C> Config<C> {
     /// Whether a request passes without being limited.
     #[inline]
     pub(crate) fn is_exempt(&self, method: &Method, path: &str) -> bool {
-        self.exempt_methods.contains(method)
-            || (!self.exempt_paths.is_empty()
-                && !ambiguous(path)
-                && self
-                    .exempt_paths
-                    .iter()
-                    .any(|prefix| under_path(prefix, path)))
+        self.exempt_methods.contains(method) || path_is_exempt(&self.exempt_paths, path)
     }
+}
+
+/// An exempt path as [`Builder::exempt_path`] takes it: it must start with `/`; without its
+/// trailing `/` (`/health/` and `/health` are one prefix; `/` stays `/`).
+pub(crate) fn exempt_prefix(p: String) -> Result<Box<str>, Error> {
+    if !p.starts_with('/') {
+        return Err(Error::BadExemptPath(p));
+    }
+    let trimmed = p.trim_end_matches('/');
+    Ok(Box::from(if trimmed.is_empty() { "/" } else { trimmed }))
+}
+
+/// Whether `path` lies under one of `prefixes` (each from [`exempt_prefix`]) and has nothing
+/// an upstream may normalise into another path.
+#[inline]
+pub(crate) fn path_is_exempt(prefixes: &[Box<str>], path: &str) -> bool {
+    !prefixes.is_empty()
+        && !ambiguous(path)
+        && prefixes.iter().any(|prefix| under_path(prefix, path))
 }
 
 /// Whether `path` is `prefix` or lies below it, by whole segments.
@@ -372,7 +382,10 @@ fn ambiguous(path: &str) -> bool {
     bytes.contains(&b'\\') || encoded(b"%2f") || encoded(b"%5c") || path.split('/').any(dots)
 }
 
-/// Whether a path segment is `.` or `..`, each dot plain or `%2e`.
+/// Whether a path segment is `.` or `..`, each dot plain or `%2e`, with or without
+/// parameters: servers that read path parameters (`;` or `%3b` and what follows, as in
+/// `..;jsessionid=1`) drop them before they resolve dot segments, so `/health/..;/admin` is
+/// `/admin` to them.
 fn dots(segment: &str) -> bool {
     let (mut rest, mut n) = (segment.as_bytes(), 0);
     while !rest.is_empty() {
@@ -380,6 +393,8 @@ fn dots(segment: &str) -> bool {
             rest = &rest[1..];
         } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case(b"%2e") {
             rest = &rest[3..];
+        } else if rest[0] == b';' || (rest.len() >= 3 && rest[..3].eq_ignore_ascii_case(b"%3b")) {
+            break;
         } else {
             return false;
         }
@@ -418,11 +433,22 @@ mod tests {
             "/health/./x",
             "/health%2f..%2fadmin",
             "/health\\..\\admin",
+            // Path parameters, which some servers drop before resolving dot segments.
+            "/health/..;/admin",
+            "/health/..;jsessionid=1/admin",
+            "/health/.%3bx/admin",
+            "/health/%2e%2E%3B/admin",
         ] {
             assert!(ambiguous(path), "{path}");
         }
         // Dots inside a segment are just characters.
-        for path in ["/health/v1.2/..x", "/health/...", "/health/.well-known"] {
+        for path in [
+            "/health/v1.2/..x",
+            "/health/...",
+            "/health/.well-known",
+            "/health/;x",
+            "/health/...;x",
+        ] {
             assert!(!ambiguous(path), "{path}");
         }
     }

@@ -126,8 +126,10 @@ pub enum KeyBy {
     /// Falls back to the peer's address when the peer is not trusted, when there is no
     /// forwarding header, and when the walk meets, before finding the client, a hop that is
     /// not an address (garbage, non-UTF-8 bytes, an entry over 64 bytes, a `Forwarded`
-    /// element without `for=`, an obfuscated `for=_hidden` or `for=unknown`) or 32 trusted
-    /// hops or more. No peer address: one shared "missing" key.
+    /// element without `for=`, an obfuscated `for=_hidden` or `for=unknown`, an IPv6 zone)
+    /// or 32 trusted hops, even with no hop left of them. Entries are split at every comma;
+    /// spaces and tabs around an entry (and around `for`, `=` and its node) are ignored, no
+    /// other whitespace. No peer address: one shared "missing" key.
     ClientIp {
         /// The trusted proxies.
         trusted: Vec<Net>,
@@ -322,15 +324,17 @@ fn client_ip(parts: &Parts, trusted: &[Net], header: Header) -> Option<IpAddr> {
 fn walk(hops: impl Iterator<Item = Option<IpAddr>>, is_trusted: impl Fn(IpAddr) -> bool) -> Walk {
     let mut last = Walk::Empty;
     for (i, hop) in hops.enumerate() {
-        if i == MAX_HOPS {
-            return Walk::Malformed;
-        }
         let Some(ip) = hop else {
             return Walk::Malformed;
         };
         let ip = canonical(ip);
         if !is_trusted(ip) {
             return Walk::Client(ip);
+        }
+        // The documented limit: 32 trusted hops fall back, even when no hop is left (the
+        // left-most of a chain that long is no more believable than the rest).
+        if i + 1 == MAX_HOPS {
+            return Walk::Malformed;
         }
         last = Walk::Client(ip);
     }
@@ -342,7 +346,16 @@ fn xff_hop(entry: &[u8]) -> Option<IpAddr> {
     if entry.len() > MAX_HOP_LEN {
         return None;
     }
-    std::str::from_utf8(entry).ok()?.trim().parse().ok()
+    std::str::from_utf8(entry)
+        .ok()?
+        .trim_matches(ows)
+        .parse()
+        .ok()
+}
+
+/// HTTP's optional whitespace: spaces and tabs, nothing else.
+fn ows(c: char) -> bool {
+    c == ' ' || c == '\t'
 }
 
 /// One `Forwarded` element (`for=...;proto=...`): its `for` address. An element without one,
@@ -350,8 +363,10 @@ fn xff_hop(entry: &[u8]) -> Option<IpAddr> {
 fn forwarded_hop(element: &[u8]) -> Option<IpAddr> {
     let text = std::str::from_utf8(element).ok()?;
     let value = text.split(';').find_map(|pair| {
-        let (k, v) = pair.trim().split_once('=')?;
-        k.trim().eq_ignore_ascii_case("for").then_some(v.trim())
+        let (k, v) = pair.split_once('=')?;
+        k.trim_matches(ows)
+            .eq_ignore_ascii_case("for")
+            .then_some(v.trim_matches(ows))
     })?;
     if value.len() > MAX_HOP_LEN {
         return None;
@@ -583,6 +598,43 @@ mod tests {
             b"for=\xff",
         ] {
             let h: &[(&str, &[u8])] = &[("forwarded", bad)];
+            let by = client_fwd("10.0.0.0/8");
+            assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("10.0.0.1"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn thirty_two_trusted_hops_fall_back_to_the_peer() {
+        // Found by the `tower_key` fuzz target: exactly 32 trusted hops, and nothing left of
+        // them, gave the left-most hop instead of the documented fallback.
+        let by = client("10.0.0.0/8");
+        let chain = |n: usize| vec!["10.0.0.9"; n].join(", ");
+        let with_client = |n: usize| format!("198.51.100.7, {}", chain(n));
+        let h = |v: &str| vec![("x-forwarded-for", v.as_bytes().to_vec())];
+        let k = |v: &str| {
+            let h = h(v);
+            let h: Vec<(&str, &[u8])> = h.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+            key(&by, &parts("10.0.0.1", &h))
+        };
+        assert_eq!(k(&chain(31)), ip("10.0.0.9"));
+        assert_eq!(k(&chain(32)), ip("10.0.0.1"));
+        assert_eq!(k(&with_client(31)), ip("198.51.100.7"));
+        assert_eq!(k(&with_client(32)), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn only_spaces_and_tabs_around_an_entry_are_whitespace() {
+        // `str::trim` would also strip Unicode spaces (a no-break space, U+3000), which
+        // are not HTTP whitespace: such an entry is malformed.
+        let by = client("10.0.0.0/8");
+        let h: &[(&str, &[u8])] = &[("x-forwarded-for", b" \t198.51.100.7\t ")];
+        assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("198.51.100.7"));
+        for bad in [&b"\xc2\xa0198.51.100.7"[..], b"198.51.100.7\xe3\x80\x80"] {
+            let h: &[(&str, &[u8])] = &[("x-forwarded-for", bad)];
+            assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("10.0.0.1"), "{bad:?}");
+            let mut fwd = b"for=".to_vec();
+            fwd.extend_from_slice(bad);
+            let h: &[(&str, &[u8])] = &[("forwarded", &fwd)];
             let by = client_fwd("10.0.0.0/8");
             assert_eq!(key(&by, &parts("10.0.0.1", h)), ip("10.0.0.1"), "{bad:?}");
         }

@@ -88,6 +88,9 @@
 #![warn(missing_docs)]
 
 mod config;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod key;
 mod response;
 mod service;

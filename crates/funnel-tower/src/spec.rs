@@ -7,6 +7,9 @@
 //!   burst   the funnel's capacity (default: count)
 //! ```
 //!
+//! Numbers are decimal digits only (no sign); spaces around any field are ignored; an option
+//! given twice is an error.
+//!
 //! `count` requests per `period`: one unit comes back every `period / count` (`10/1s`: one
 //! every 100 ms), and up to `burst` requests may come at once.
 //!
@@ -89,12 +92,12 @@ pub fn parse_limit(spec: &str, trusted: &[Net]) -> Result<PolicySpec, SpecError>
         "route" => ("route".to_string(), KeyBy::Route),
         "global" => ("global".to_string(), KeyBy::Global),
         k if k.starts_with("ip/") => {
-            let prefix: u8 = k[3..]
-                .parse()
-                .ok()
+            let prefix: u8 = digits(&k[3..])
+                .and_then(|p| u8::try_from(p).ok())
                 .filter(|p| *p <= 128)
                 .ok_or_else(|| err(format!("bad IPv6 prefix in {k:?}")))?;
-            (k.to_string(), KeyBy::PeerIp { v6_prefix: prefix })
+            // Named as written without leading zeros: `ip/064` is the policy `ip/64`.
+            (format!("ip/{prefix}"), KeyBy::PeerIp { v6_prefix: prefix })
         }
         k if k.starts_with("header:") => {
             let h = HeaderName::try_from(&k[7..])
@@ -113,35 +116,54 @@ pub fn parse_limit(spec: &str, trusted: &[Net]) -> Result<PolicySpec, SpecError>
     let (count, period) = rate
         .split_once('/')
         .ok_or_else(|| err(format!("expected <count>/<period>, got {rate:?}")))?;
-    let count: u64 = count
-        .trim()
-        .parse()
-        .ok()
+    let count: u64 = digits(count.trim())
         .filter(|c| *c > 0)
         .ok_or_else(|| err(format!("bad count {count:?}")))?;
     let period =
         parse_period(period.trim()).ok_or_else(|| err(format!("bad period {period:?}")))?;
-    let mut quota = Quota::per_period(count, period).map_err(|e| err(e.to_string()))?;
+    let mut burst = None;
     for extra in parts {
-        match extra.trim().split_once('=') {
+        match extra.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("burst", _)) if burst.is_some() => {
+                return Err(err(format!("burst given twice ({extra:?})")))
+            }
             Some(("burst", n)) => {
-                let n: u64 = n
-                    .trim()
-                    .parse()
-                    .ok()
+                let n = digits(n)
                     .filter(|n| *n > 0)
                     .ok_or_else(|| err(format!("bad burst {n:?}")))?;
-                quota = quota.with_limit(n).map_err(|e| err(e.to_string()))?;
+                burst = Some(n);
             }
             _ => return Err(err(format!("unknown option {extra:?} (burst=<n>)"))),
         }
     }
+    let quota = match burst {
+        None => Quota::per_period(count, period),
+        Some(b) => {
+            // The interval of `count` per `period`, with the burst as capacity: built from the
+            // interval alone, so a burst below `count` is not refused for the tolerance
+            // `count` itself would need.
+            match u64::try_from(period.as_nanos() / u128::from(count)) {
+                Ok(t) if t > 0 => Quota::per_period(1, Duration::from_nanos(t)),
+                _ => Quota::per_period(count, period),
+            }
+            .and_then(|q| q.with_limit(b))
+        }
+    }
+    .map_err(|e| err(e.to_string()))?;
     Ok(PolicySpec { name, key, quota })
 }
 
+/// A decimal number: ASCII digits only, no sign, fitting a `u64`.
+fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 fn parse_period(p: &str) -> Option<Duration> {
-    let (digits, unit) = p.split_at(p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len()));
-    let n: u64 = digits.parse().ok().filter(|n| *n > 0)?;
+    let (n, unit) = p.split_at(p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len()));
+    let n: u64 = digits(n).filter(|n| *n > 0)?;
     match unit {
         "ms" => Some(Duration::from_millis(n)),
         "" | "s" => Some(Duration::from_secs(n)),
@@ -169,7 +191,24 @@ mod tests {
             parse_limit("ip/56=5/1h", &[]).unwrap().key,
             KeyBy::PeerIp { v6_prefix: 56 }
         ));
+        assert_eq!(parse_limit("ip/056=5/1h", &[]).unwrap().name, "ip/56");
         assert!(parse_limit("global=1/500ms", &[]).is_ok());
+        // Spaces around any field, the option's name included.
+        let s = parse_limit(" ip = 10 / 1s , burst = 20 ", &[]).unwrap();
+        assert_eq!((s.name.as_str(), s.quota.limit()), ("ip", 20));
+    }
+
+    #[test]
+    fn a_burst_below_the_count_is_the_quota_it_names_at_any_period() {
+        // Two per 50 years with a burst of one: one every 25 years, one at once. The count's
+        // own capacity (two of those) is over funnel's largest tolerance; the burst's is not.
+        let s = parse_limit("global=2/438000h,burst=1", &[]).unwrap();
+        assert_eq!(s.quota.limit(), 1);
+        assert_eq!(
+            s.quota.emission_interval(),
+            Duration::from_secs(219_000 * 3600)
+        );
+        assert!(parse_limit("global=2/438000h", &[]).is_err());
     }
 
     #[test]
@@ -186,6 +225,12 @@ mod tests {
             "ip/129=1/1s",
             "header:bad header=1/1s",
             "ip=x/1s",
+            // Signs, a repeated option: the grammar has neither.
+            "ip=+10/1s",
+            "ip/+64=1/1s",
+            "ip=1/+1s",
+            "ip=1/1s,burst=+2",
+            "ip=1/1s,burst=2,burst=3",
         ] {
             let e = parse_limit(bad, &[]).unwrap_err();
             assert!(e.0.contains(bad), "{e}");

@@ -1,0 +1,243 @@
+//! funnel-tower's fuzz bodies on stable: every committed input of `fuzz/corpus/<target>/`
+//! (the seed corpus) and `tests/fuzz_regressions/<target>/` (minimised finds, kept as
+//! regression cases), both at the repository's root, runs through the body the fuzzer runs
+//! (`funnel_tower::fuzzing::<body>`, feature `fuzzing`), then a short budget of seeded
+//! pseudo-random inputs.
+//!
+//! * `FUZZ_REPLAY_MS` sets each random test's budget (default 600 ms; 0 skips them);
+//!   `FUZZ_REPLAY_SEED` picks the generator's seed (default fixed, so CI is repeatable).
+//! * A failing random input is written to `$CARGO_TARGET_TMPDIR/fuzz-replay/<target>/` and
+//!   named in the failure: copy it into `tests/fuzz_regressions/<target>/` to keep it.
+//! * Coverage-guided fuzzing needs nightly: `cargo +nightly fuzz run <target>` in `fuzz/`.
+//!
+//! The counting allocator is installed here as in the fuzz targets, so the key body's check
+//! that reading a key allocates nothing runs on stable too.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use funnel_tower::fuzzing::{self, CountingAlloc};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+type Body = fn(&[u8]);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs every committed input of `target` through `body`; returns how many ran.
+fn replay_committed(target: &str, body: Body) -> usize {
+    let root = repo_root();
+    let mut files = Vec::new();
+    for dir in [
+        root.join("fuzz/corpus").join(target),
+        root.join("tests/fuzz_regressions").join(target),
+    ] {
+        // A missing directory is skipped: a target may have no regressions yet.
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        files.extend(entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()));
+    }
+    files.sort();
+    let failed: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let bytes = std::fs::read(file).unwrap();
+            catch_unwind(|| body(&bytes)).is_err()
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{target}: {} of {} committed inputs fail: {failed:#?}",
+        failed.len(),
+        files.len()
+    );
+    assert!(
+        files.len() >= 8,
+        "{target}: only {} committed inputs under fuzz/corpus/{target}/",
+        files.len()
+    );
+    eprintln!("{target}: {} committed inputs pass", files.len());
+    files.len()
+}
+
+/// A small xorshift generator: the inputs only need to be varied and repeatable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Random bytes, with runs of one value (which steer a body to the same choice repeatedly).
+fn bytes(rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.below(4) {
+        0 => rng.below(16),
+        1 | 2 => rng.below(256),
+        _ => rng.below(2_048),
+    } as usize;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let b = rng.next() as u8;
+        let run = if rng.below(4) == 0 {
+            rng.below(8) + 1
+        } else {
+            1
+        };
+        out.extend(std::iter::repeat_n(b, run as usize));
+    }
+    out
+}
+
+/// Feeds `body` random inputs until the budget runs out; returns how many ran.
+fn random_inputs(target: &str, body: Body) -> u64 {
+    let budget_ms =
+        std::env::var("FUZZ_REPLAY_MS").map_or(600, |v| v.parse().expect("FUZZ_REPLAY_MS: ms"));
+    let seed = std::env::var("FUZZ_REPLAY_SEED")
+        .map_or(0x5EED_F022, |v| v.parse().expect("FUZZ_REPLAY_SEED: u64"));
+    let mut rng = Rng(seed ^ (target.len() as u64) << 32 | 1);
+    let deadline = Instant::now() + Duration::from_millis(budget_ms);
+    let mut runs = 0;
+    while Instant::now() < deadline {
+        let input = bytes(&mut rng);
+        if catch_unwind(AssertUnwindSafe(|| body(&input))).is_err() {
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join("fuzz-replay")
+                .join(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("crash-{seed}-{runs}"));
+            std::fs::write(&path, &input).unwrap();
+            panic!(
+                "{target}: random input #{runs} (seed {seed}) fails; saved as {}; copy it into \
+                 tests/fuzz_regressions/{target}/ to keep it",
+                path.display()
+            );
+        }
+        runs += 1;
+    }
+    eprintln!("{target}: {runs} random inputs in {budget_ms} ms");
+    runs
+}
+
+#[test]
+fn the_counting_allocator_is_installed() {
+    let before = fuzzing::allocated_bytes().expect("CountingAlloc is the global allocator");
+    let v = vec![0u8; 1000];
+    let after = fuzzing::allocated_bytes().unwrap();
+    assert!(after - before >= 1000);
+    drop(v);
+}
+
+/// Runs the committed inputs of `target`, then checks that they still reach `events` (noted
+/// by the body on this test's thread), so a change in how a body decodes its input cannot
+/// silently leave the corpus short of the paths that matter.
+fn committed_inputs_reach(target: &str, body: Body, events: &[&str]) {
+    fuzzing::clear_seen();
+    replay_committed(target, body);
+    eprintln!("{target}: reached {}", fuzzing::seen_summary());
+    let missed: Vec<_> = events.iter().filter(|e| fuzzing::seen(e) == 0).collect();
+    assert!(
+        missed.is_empty(),
+        "{target}: the committed inputs never reach {missed:?}: refresh fuzz/corpus/{target}/"
+    );
+}
+
+#[test]
+fn tower_key_committed_inputs_pass_and_reach_every_fallback() {
+    committed_inputs_reach(
+        "tower_key",
+        fuzzing::key::run,
+        &[
+            "no peer",
+            "trusted peer",
+            "untrusted peer",
+            "chain",
+            "chain past 32 trusted hops",
+            "a client address from a header",
+            "a header key over 256 bytes",
+        ],
+    );
+}
+
+#[test]
+fn tower_path_committed_inputs_pass_and_reach_each_outcome() {
+    committed_inputs_reach(
+        "tower_path",
+        fuzzing::path::run,
+        &[
+            "prefix refused",
+            "exempt",
+            "a path an upstream may normalise",
+            "not under a prefix",
+        ],
+    );
+}
+
+#[test]
+fn tower_spec_committed_inputs_pass_and_reach_each_outcome() {
+    committed_inputs_reach(
+        "tower_spec",
+        fuzzing::spec::run,
+        &[
+            "accepted",
+            "accepted with a burst",
+            "refused: a quota funnel cannot hold",
+            "refused: not the grammar",
+        ],
+    );
+}
+
+#[test]
+fn tower_key_random_inputs_pass() {
+    random_inputs("tower_key", fuzzing::key::run);
+}
+
+#[test]
+fn tower_path_random_inputs_pass() {
+    random_inputs("tower_path", fuzzing::path::run);
+}
+
+#[test]
+fn tower_spec_random_inputs_pass() {
+    random_inputs("tower_spec", fuzzing::spec::run);
+}
+
+/// For refreshing a seed corpus: `FUZZ_EVENTS_DIR=<dir> FUZZ_EVENTS_TARGET=<target> cargo test
+/// --test fuzz_replay -- --ignored --nocapture events_of_each_input` prints, for every file
+/// of `dir`, the events its input reaches, so the committed seeds can be picked to reach them
+/// all.
+#[test]
+#[ignore = "a tool for refreshing the seed corpus, run by hand"]
+fn events_of_each_input() {
+    let dir = std::env::var("FUZZ_EVENTS_DIR").expect("FUZZ_EVENTS_DIR");
+    let target = std::env::var("FUZZ_EVENTS_TARGET").expect("FUZZ_EVENTS_TARGET");
+    let body: Body = match target.as_str() {
+        "tower_key" => fuzzing::key::run,
+        "tower_path" => fuzzing::path::run,
+        "tower_spec" => fuzzing::spec::run,
+        other => panic!("unknown target {other}"),
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("a directory")
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for file in files {
+        fuzzing::clear_seen();
+        body(&std::fs::read(&file).unwrap());
+        println!("events {} {}", file.display(), fuzzing::seen_summary());
+    }
+}

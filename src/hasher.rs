@@ -5,19 +5,28 @@
 
 use std::hash::{BuildHasher, Hash, Hasher};
 
-/// The limiter's seeded hash of keys (`Limiter::hasher`).
+/// The limiter's seeded hash of keys (`Limiter::hasher`). It keeps its four seed words, which a
+/// saved state records so that a limiter restored from it fingerprints keys as the saver did.
 #[derive(Clone)]
-pub(crate) struct KeyHash(ahash::RandomState);
+pub(crate) struct KeyHash(ahash::RandomState, [u64; 4]);
 
 impl KeyHash {
-    /// A hash seeded from the operating system's randomness.
+    /// A hash seeded from the operating system's randomness: four words drawn from a randomly
+    /// keyed ahash (its keys come from the system's random source), kept so they can be saved.
     pub(crate) fn random() -> KeyHash {
-        KeyHash(ahash::RandomState::new())
+        let draw = ahash::RandomState::new();
+        let [a, b, c, d] = [0u64, 1, 2, 3].map(|i| draw.hash_one(i));
+        KeyHash::with_seeds(a, b, c, d)
     }
 
     /// A hash seeded from four words.
     pub(crate) fn with_seeds(a: u64, b: u64, c: u64, d: u64) -> KeyHash {
-        KeyHash(ahash::RandomState::with_seeds(a, b, c, d))
+        KeyHash(ahash::RandomState::with_seeds(a, b, c, d), [a, b, c, d])
+    }
+
+    /// The four seed words.
+    pub(crate) fn seeds(&self) -> [u64; 4] {
+        self.1
     }
 
     /// The 64-bit hash of `key`.

@@ -67,6 +67,7 @@ mod meter;
 mod quota;
 #[cfg(feature = "replay")]
 pub mod replay;
+mod snapshot;
 mod state;
 mod sync;
 mod table;
@@ -79,6 +80,7 @@ pub use funnel::Funnel;
 pub use limiter::{Builder, FixedWindowLimiter, Limiter, SlidingWindowLimiter, DEFAULT_CAPACITY};
 pub use meter::Meter;
 pub use quota::Quota;
+pub use snapshot::Snapshot;
 pub use table::{Stats, WhenFull, MAX_CAPACITY};
 pub use with_quota::WithQuota;
 

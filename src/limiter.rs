@@ -15,6 +15,8 @@ use crate::table::{Home, Stats, Table, Updated, WhenFull};
 use crate::window::{FixedWindowQuota, SlidingWindowQuota};
 use crate::with_quota::WithQuota;
 
+mod persist;
+
 /// The capacity of [`Limiter::new`]: 65,536 keys (65,541 slots, a 1.2 MB table).
 pub const DEFAULT_CAPACITY: usize = 1 << 16;
 
@@ -587,6 +589,8 @@ pub struct Builder<K: ?Sized, C = DefaultClock, Q = Quota> {
     when_full: WhenFull,
     /// `None`: the default (huge pages for a fixed table of 8 MiB or more).
     huge_pages: Option<bool>,
+    /// A saved state to load (`restore`, `limiter/persist.rs`).
+    restore: Option<crate::snapshot::Snapshot>,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -614,6 +618,7 @@ impl<K: ?Sized, Q> Builder<K, DefaultClock, Q> {
             seed: None,
             when_full: WhenFull::default(),
             huge_pages: None,
+            restore: None,
             _key: PhantomData,
         }
     }
@@ -685,6 +690,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
             seed: self.seed,
             when_full: self.when_full,
             huge_pages: self.huge_pages,
+            restore: self.restore,
             _key: PhantomData,
         }
     }
@@ -766,17 +772,20 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// # Errors
     ///
     /// [`Error::ZeroCapacity`], [`Error::CapacityTooLarge`],
-    /// [`Error::MaxCapacityBelowCapacity`], [`Error::OutOfMemory`].
+    /// [`Error::MaxCapacityBelowCapacity`], [`Error::OutOfMemory`]; with
+    /// [`restore`](Self::restore), [`Error::SnapshotQuota`], [`Error::SnapshotKeyType`],
+    /// [`Error::SnapshotSeed`].
     pub fn build(self) -> Result<Limiter<K, C, Q>, Error> {
-        let hasher = match self.seed {
-            Some(seed) => {
-                let mut s = seed;
-                let mut next = || splitmix64(&mut s);
-                KeyHash::with_seeds(next(), next(), next(), next())
-            }
-            None => KeyHash::random(),
+        let seeded = self.seed.map(|seed| {
+            let mut s = seed;
+            let mut next = || splitmix64(&mut s);
+            KeyHash::with_seeds(next(), next(), next(), next())
+        });
+        let hasher = match &self.restore {
+            Some(snapshot) => persist::hasher_for::<K, Q>(snapshot, &self.quota, seeded)?,
+            None => seeded.unwrap_or_else(KeyHash::random),
         };
-        Ok(Limiter {
+        let limiter = Limiter {
             id: next_id(),
             table: match self.max_capacity {
                 None => Table::with_capacity(
@@ -798,7 +807,11 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
             hasher,
             clock: self.clock,
             _key: PhantomData,
-        })
+        };
+        if let Some(snapshot) = self.restore {
+            persist::load(&limiter, snapshot);
+        }
+        Ok(limiter)
     }
 }
 

@@ -37,6 +37,7 @@ mod invariants;
 mod lookup;
 mod moves;
 mod prefetch;
+mod snapshot;
 mod stats;
 mod tags;
 mod update;

@@ -190,6 +190,11 @@ impl Growth {
         &self.locks[self.stripe_index(fp)]
     }
 
+    /// Every creation lock with its move count (`snapshot.rs`).
+    pub(super) fn stripes(&self) -> impl Iterator<Item = (&AtomicBool, &AtomicU32)> {
+        self.locks.iter().zip(self.moves.iter())
+    }
+
     /// The move count of `fp`'s creation lock (`moves.rs`).
     pub(super) fn moves(&self, fp: u64) -> &AtomicU32 {
         &self.moves[self.stripe_index(fp)]

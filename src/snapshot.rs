@@ -62,7 +62,7 @@ const HEADER: usize = 88;
 /// assert!(matches!(Snapshot::read(&file[..]), Err(Error::SnapshotCorrupt { .. })));
 /// # Ok::<(), funnel::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub(crate) algorithm: u32,
     pub(crate) interval: u64,
@@ -73,6 +73,19 @@ pub struct Snapshot {
     pub(crate) saved_at: u64,
     /// `(fingerprint, debt in ns)`.
     pub(crate) keys: Vec<(u64, u64)>,
+}
+
+/// The quota, the size and the time; not the seed (it keeps keys from being aimed, as
+/// [`Builder`](crate::Builder)'s `Debug` hides it) nor the keys.
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("interval_nanos", &self.interval)
+            .field("limit", &self.limit)
+            .field("keys", &self.keys.len())
+            .field("saved_at", &self.saved_at())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Snapshot {

@@ -279,3 +279,16 @@ fn replay_line_random_inputs_pass() {
         }
     });
 }
+
+#[test]
+fn snapshot_committed_inputs_pass() {
+    let files = replay_committed("snapshot", funnel_testkit::fuzz::snapshot::run);
+    assert!(files > 0, "fuzz/corpus/snapshot/ is empty");
+}
+
+/// Random bytes in each of the body's three modes (its first byte), so the raw reader, the
+/// sealed files and the saved-and-damaged files all get inputs.
+#[test]
+fn snapshot_random_inputs_pass() {
+    random_inputs("snapshot", funnel_testkit::fuzz::snapshot::run, bytes);
+}

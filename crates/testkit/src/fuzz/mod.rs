@@ -4,9 +4,11 @@
 //!
 //! * [`ops`]: random operations on a keyed limiter, against the model;
 //! * [`state`]: the packed funnel word and the arithmetic at their edges;
-//! * [`replay_line`]: random replay lines, against an independent parser and the model.
+//! * [`replay_line`]: random replay lines, against an independent parser and the model;
+//! * [`snapshot`]: saved limiter states, whole, damaged or arbitrary, read and restored.
 
 pub mod common;
 pub mod ops;
 pub mod replay_line;
+pub mod snapshot;
 pub mod state;

@@ -53,6 +53,9 @@ OPTIONS:
     --shadow               evaluate and count, add headers, never reject
     --legacy-headers       X-RateLimit-Limit/Remaining/Reset instead of RateLimit-Policy/RateLimit
     --closest              RateLimit headers for the policy closest to its limit only
+    --state <path>         keep debts across restarts: load the limits' state from <path> at
+                           start (a missing or unusable file: start empty, and say why), and
+                           write it there atomically on SIGTERM before exiting
     --no-limit             forward everything (a baseline for load tests)
     --governor             limit with tower_governor instead of funnel (for load tests): the
                            first --limit, which must be an `ip` key, as its per-IP quota
@@ -73,6 +76,8 @@ struct Args {
     governor: bool,
     /// `--governor-headers`: tower_governor writing its headers on every response.
     governor_headers: bool,
+    /// `--state`: where the limits' state is loaded from at start and saved on SIGTERM.
+    state: Option<std::path::PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -88,6 +93,7 @@ fn parse_args() -> Result<Args, String> {
         no_limit: false,
         governor: false,
         governor_headers: false,
+        state: None,
     };
     let mut upstream = None;
     while let Some(a) = it.next() {
@@ -123,6 +129,7 @@ fn parse_args() -> Result<Args, String> {
             "--shadow" => args.shadow = true,
             "--legacy-headers" => args.report = Report::Legacy,
             "--closest" => args.report = Report::Closest,
+            "--state" => args.state = Some(value("--state")?.into()),
             "--no-limit" => args.no_limit = true,
             "--governor" => args.governor = true,
             "--governor-headers" => args.governor_headers = true,
@@ -322,6 +329,11 @@ async fn main() {
             }
         }
     };
+    // Printed after the line that says where the proxy listens, which comes first.
+    let restored = match (&args.state, &layer) {
+        (Some(path), Some(layer)) => Some(keep_state(path, layer)),
+        _ => None,
+    };
     let or_exit = |e: String| -> ! {
         eprintln!("proxy: {e}");
         std::process::exit(2)
@@ -347,6 +359,9 @@ async fn main() {
         if args.shadow { ", shadow" } else { "" },
         if args.no_limit { ", no limit" } else { "" }
     );
+    if let Some(restored) = restored {
+        eprintln!("{restored}");
+    }
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -384,6 +399,49 @@ async fn main() {
             tokio::spawn(serve(io, forward.clone(), |_: &mut Request<Incoming>| {}));
         }
     }
+}
+
+/// `--state`: loads the saved state into `layer` (before any request), and saves it on SIGTERM,
+/// then exits; what the load found, as a line to print. The handler is installed before the
+/// proxy says it listens, so a SIGTERM that follows that line is never the default one that
+/// exits without saving.
+fn keep_state(path: &std::path::Path, layer: &RateLimitLayer) -> String {
+    let restored = match layer.restore_state_from(path) {
+        Ok(keys) => format!("proxy: restored {keys} key(s) from {}", path.display()),
+        Err(funnel_tower::Error::State(funnel::Error::SnapshotIo {
+            kind: std::io::ErrorKind::NotFound,
+            ..
+        })) => format!(
+            "proxy: no saved state at {}: starting empty",
+            path.display()
+        ),
+        Err(e) => format!(
+            "proxy: cannot restore {}: {e}; starting empty",
+            path.display()
+        ),
+    };
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("proxy: cannot handle SIGTERM: {e}");
+            std::process::exit(1);
+        }
+    };
+    let (path, layer) = (path.to_owned(), layer.clone());
+    tokio::spawn(async move {
+        term.recv().await;
+        match layer.save_state_to(&path) {
+            Ok(keys) => {
+                eprintln!("proxy: saved {keys} key(s) to {}", path.display());
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!("proxy: cannot save {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        }
+    });
+    restored
 }
 
 /// Serves one connection with `svc`, cloned for each request after `tag` has marked it.

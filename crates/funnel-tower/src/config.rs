@@ -277,6 +277,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 }
 
 /// One policy of a [`Config`].
+#[derive(Clone)]
 pub(crate) struct Policy<C> {
     pub(crate) name: Box<str>,
     pub(crate) key: KeyBy,
@@ -320,6 +321,7 @@ impl Counters {
 
 /// A policy set and the options around it, immutable once built: a request is decided under
 /// one `Config` from start to end.
+#[derive(Clone)]
 pub(crate) struct Config<C> {
     pub(crate) policies: Vec<Policy<C>>,
     /// Every policy's field, joined: the `RateLimit-Policy` value for [`Report::All`].

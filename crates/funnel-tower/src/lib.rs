@@ -136,6 +136,9 @@ pub enum Error {
     BadNearLimit(u8),
     /// funnel refused a table size.
     Funnel(funnel::Error),
+    /// A saved state could not be written, read or restored
+    /// ([`RateLimitLayer::save_state`], [`RateLimitLayer::restore_state`]): funnel's reason.
+    State(funnel::Error),
 }
 
 impl std::fmt::Display for Error {
@@ -149,6 +152,7 @@ impl std::fmt::Display for Error {
             Error::BadExemptPath(p) => write!(f, "exempt path {p:?} does not start with '/'"),
             Error::BadNearLimit(p) => write!(f, "near-limit threshold {p}% is over 100%"),
             Error::Funnel(e) => write!(f, "{e}"),
+            Error::State(e) => write!(f, "{e}"),
         }
     }
 }
@@ -156,7 +160,7 @@ impl std::fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Funnel(e) => Some(e),
+            Error::Funnel(e) | Error::State(e) => Some(e),
             _ => None,
         }
     }

@@ -25,6 +25,8 @@ use crate::key::KeyBytes;
 use crate::response::{self, Extra};
 use crate::{Error, PolicyStats};
 
+mod persist;
+
 struct Shared<C> {
     config: ArcSwap<Config<C>>,
     clock: C,

@@ -434,3 +434,96 @@ fn help_explains_the_limit_syntax_and_bad_limits_exit_2() {
         "{err}"
     );
 }
+
+/// Sends SIGTERM to the proxy and waits (at most 30 s) for it to exit; its exit status.
+fn terminate(mut proxy: Proxy) -> std::process::ExitStatus {
+    let pid = proxy.child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success(), "kill -TERM {pid}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = proxy.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy did not exit on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `--state`: a key limited before a SIGTERM is still limited by the restarted proxy; an
+/// unusable state file starts the proxy empty rather than not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_key_stays_limited_across_a_sigterm_and_a_restart() {
+    let (up, reached) = upstream().await;
+    let dir = std::env::temp_dir().join(format!("funnel-proxy-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.state");
+    let state = path.to_str().unwrap();
+    let args = ["--limit", "ip=5/1h", "--state", state];
+
+    let proxy = start_proxy("127.0.0.1", up, &args);
+    for _ in 0..5 {
+        assert_eq!(
+            get(&proxy, "127.0.0.2", "/", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        get(&proxy, "127.0.0.2", "/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get(&proxy, "127.0.0.3", "/", &[]).await.status,
+        StatusCode::OK
+    );
+    assert!(terminate(proxy).success(), "the proxy exits 0 after saving");
+    assert!(path.exists(), "the state was written");
+
+    let proxy = start_proxy("127.0.0.1", up, &args);
+    let r = get(&proxy, "127.0.0.2", "/", &[]).await;
+    assert_eq!(
+        r.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "forgiven by the restart"
+    );
+    // 720 s until one more fits, less the moments the restart took.
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((700..=720).contains(&retry), "retry-after {retry}");
+    // 127.0.0.3 had one request: four more fit.
+    for _ in 0..4 {
+        assert_eq!(
+            get(&proxy, "127.0.0.3", "/", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        get(&proxy, "127.0.0.3", "/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert!(terminate(proxy).success());
+
+    // Without the state, the same address starts afresh: what the test above rules out.
+    let proxy = start_proxy("127.0.0.1", up, &["--limit", "ip=5/1h"]);
+    assert_eq!(
+        get(&proxy, "127.0.0.2", "/", &[]).await.status,
+        StatusCode::OK
+    );
+    drop(proxy);
+
+    // A damaged state file: the proxy says why and starts empty.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let proxy = start_proxy("127.0.0.1", up, &args);
+    assert_eq!(
+        get(&proxy, "127.0.0.2", "/", &[]).await.status,
+        StatusCode::OK
+    );
+    drop(proxy);
+    assert_eq!(hits(&reached), 5 + 1 + 4 + 1 + 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

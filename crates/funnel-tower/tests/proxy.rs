@@ -434,3 +434,30 @@ fn help_explains_the_limit_syntax_and_bad_limits_exit_2() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recent_clock_option_keeps_limits_and_rejects_bad_intervals() {
+    let (up, reached) = upstream().await;
+    let proxy = start_proxy(
+        "127.0.0.1",
+        up,
+        &["--limit", "ip=3/1h", "--recent-clock", "500us"],
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(get(&proxy, "127.0.0.5", "/", &[]).await.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(ok, 3, "{statuses:?}");
+    assert_eq!(hits(&reached), 3);
+    for bad in ["0ms", "2s", "1.5ms", "fast"] {
+        let out = Command::new(proxy_binary())
+            .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=1/1s"])
+            .args(["--recent-clock", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--recent-clock {bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--recent-clock"), "{err}");
+    }
+}

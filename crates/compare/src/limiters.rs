@@ -11,9 +11,9 @@ use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use funnel::clock::{Clock as FunnelClock, ManualClock, QuantaClock};
+use funnel::clock::{Clock as FunnelClock, ManualClock, QuantaClock, RecentClock};
 use funnel::{Funnel, Limiter, Stats, Timestamp};
-use governor::clock::{Clock as GovClock, FakeRelativeClock};
+use governor::clock::{Clock as GovClock, FakeRelativeClock, QuantaUpkeepClock};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
@@ -49,6 +49,10 @@ pub trait Limit<K>: Sync {
     }
     /// funnel's table size in slots; `None` for the unbounded ones.
     fn slots(&self) -> Option<usize> {
+        None
+    }
+    /// The size of a fixed structure that is not a table of keys (pingora's sketch).
+    fn size_label(&self) -> Option<String> {
         None
     }
 }
@@ -233,6 +237,64 @@ pub trait Key0: Hash + Eq + Clone + Send + Sync {}
 impl<K: Hash + Eq + Clone + Send + Sync> Key0 for K {}
 
 // ---------------------------------------------------------------------------------------------
+// pingora-limits' `Rate`: a count-min sketch per fixed interval, reading its own clock
+
+/// pingora-limits' `Rate` used as a pingora user limits with it: a request is admitted while
+/// `observe(key, 1)` (the key's estimated count in the current interval, this request
+/// included) is within the limit. The sketch overestimates a key's count when keys share its
+/// counters, so it may deny a request an exact counter admits, never the other way round
+/// within an interval. It reads `Instant::now()` itself on every call, whatever the clock policy.
+pub struct Pingora {
+    pub rate: pingora_limits::rate::Rate,
+    pub limit: isize,
+    /// Columns per hash row of its sketch (pingora's default: 1,024).
+    pub slots: usize,
+}
+
+/// Hash rows of pingora's sketch: its default.
+pub const PINGORA_HASHES: usize = 4;
+/// Columns per hash row at pingora's default size.
+pub const PINGORA_SLOTS: usize = 1024;
+/// The most columns the sized sketch gets (its two sketches then take 64 MiB).
+pub const PINGORA_MAX_SLOTS: usize = 1 << 20;
+
+impl Pingora {
+    /// A fixed window of `interval` admitting `limit` per key, with `slots` columns per row.
+    pub fn new(interval: Duration, limit: u64, slots: usize) -> Pingora {
+        Pingora {
+            rate: pingora_limits::rate::Rate::new_with_estimator_config(
+                interval,
+                PINGORA_HASHES,
+                slots,
+            ),
+            limit: isize::try_from(limit).unwrap_or(isize::MAX),
+            slots,
+        }
+    }
+
+    /// The sketch sized to a key space: one column per key (at least pingora's default, at
+    /// most [`PINGORA_MAX_SLOTS`]).
+    pub fn slots_for(keys: u64) -> usize {
+        usize::try_from(keys)
+            .unwrap_or(usize::MAX)
+            .clamp(PINGORA_SLOTS, PINGORA_MAX_SLOTS)
+    }
+}
+
+impl<K: Hash + Sync> Limit<K> for Pingora {
+    #[inline(always)]
+    fn check(&self, key: &K) -> bool {
+        self.rate.observe(key, 1) <= self.limit
+    }
+    fn size_label(&self) -> Option<String> {
+        Some(format!(
+            "sketch {PINGORA_HASHES} x {} counters, twice",
+            crate::report::fmt_int(self.slots as u64)
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // quotas
 
 /// The two quotas of workloads 1–5, the same for every competitor.
@@ -302,6 +364,15 @@ impl QuotaKind {
         }
     }
 
+    /// pingora's fixed window: (interval, limit per key per interval). `allow`: 4,000,000,000
+    /// a second (every decision allowed, as the others); `deny`: 1 an hour.
+    pub fn pingora(self) -> (Duration, u64) {
+        match self {
+            QuotaKind::Allow => (Duration::from_secs(1), u64::from(ALLOW_BURST)),
+            QuotaKind::Deny => (Duration::from_secs(3600), 1),
+        }
+    }
+
     /// (limit, count, period in ms) for the Redis scripts.
     pub fn redis(self) -> (u64, u64, u64) {
         match self {
@@ -325,6 +396,10 @@ pub enum ClockPolicy {
     /// `QuantaClock` (which reads it inline), governor's default `QuantaClock` (through quanta),
     /// and funnel's `QuantaClock` for the `Mutex<HashMap>` funnel.
     Real,
+    /// Each limiter reads its cheap clock, a time one upkeep thread refreshes every
+    /// millisecond: funnel's `RecentClock`, governor's `QuantaUpkeepClock` (quanta's upkeep
+    /// thread), funnel's `RecentClock` for the `Mutex<HashMap>` funnel.
+    Recent,
     /// Each limiter reads a shared frozen counter (one relaxed atomic load): funnel's
     /// `ManualClock`, governor's `FakeRelativeClock`, a `ManualClock` for the `Mutex<HashMap>`.
     Manual,
@@ -334,6 +409,7 @@ impl ClockPolicy {
     pub fn label(self) -> &'static str {
         match self {
             ClockPolicy::Real => "real",
+            ClockPolicy::Recent => "recent",
             ClockPolicy::Manual => "manual",
         }
     }
@@ -345,12 +421,39 @@ impl ClockPolicy {
                  (funnel's default QuantaClock, which reads it inline, governor's default \
                  QuantaClock, funnel's QuantaClock passed to the Mutex<HashMap> funnel)"
             }
+            ClockPolicy::Recent => {
+                "recent clock for all: every decision reads a time one upkeep thread refreshes \
+                 every millisecond (funnel RecentClock, governor QuantaUpkeepClock, funnel \
+                 RecentClock for the Mutex<HashMap> funnel); pingora-limits reads Instant::now"
+            }
             ClockPolicy::Manual => {
                 "manual clock for all: every decision reads one frozen shared counter \
                  (funnel ManualClock, governor FakeRelativeClock, funnel ManualClock for the \
                  Mutex<HashMap> funnel); the clock read is ~1 ns instead of ~10 ns"
             }
         }
+    }
+}
+
+/// The upkeep interval of both cheap clocks: funnel's default for `RecentClock`.
+pub const UPKEEP_INTERVAL: Duration = RecentClock::DEFAULT_INTERVAL;
+
+/// The cheap clocks of the recent policy, started together and stopped together (each has one
+/// upkeep thread, which runs while a clone lives).
+#[derive(Clone)]
+pub struct CheapClocks {
+    pub funnel: RecentClock,
+    pub governor: QuantaUpkeepClock,
+}
+
+impl CheapClocks {
+    pub fn start() -> Result<CheapClocks, String> {
+        Ok(CheapClocks {
+            funnel: RecentClock::with_interval(UPKEEP_INTERVAL)
+                .map_err(|e| format!("funnel's RecentClock: {e}"))?,
+            governor: QuantaUpkeepClock::from_interval(UPKEEP_INTERVAL)
+                .map_err(|e| format!("governor's QuantaUpkeepClock: {e}"))?,
+        })
     }
 }
 
@@ -412,6 +515,43 @@ pub fn funnel_grown_manual<K: Hash + ?Sized>(
         .clock(manual_clock())
         .build()
         .map_err(|e| format!("funnel (growable): {e}"))
+}
+
+/// funnel on `clock` (the recent policy's `RecentClock`).
+pub fn funnel_on<K: Hash + ?Sized, C: FunnelClock>(
+    q: funnel::Quota,
+    capacity: usize,
+    clock: C,
+) -> Result<Limiter<K, C>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(capacity)
+        .clock(clock)
+        .build()
+        .map_err(|e| format!("funnel: {e}"))
+}
+
+/// [`funnel_grown_real`] on `clock`.
+pub fn funnel_grown_on<K: Hash + ?Sized, C: FunnelClock>(
+    q: funnel::Quota,
+    max_capacity: usize,
+    clock: C,
+) -> Result<Limiter<K, C>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(GROWN_START)
+        .max_capacity(max_capacity)
+        .huge_pages(true)
+        .clock(clock)
+        .build()
+        .map_err(|e| format!("funnel (growable): {e}"))
+}
+
+/// The `Mutex<HashMap>` funnel reading `clock`.
+pub fn mutex_on<K: Key0, C: FunnelClock>(kind: QuotaKind, clock: C) -> MutexMap<K, C> {
+    let (cap, t) = kind.mutex_map();
+    MutexMap {
+        map: MutexMapLimiter::new(cap, t),
+        clock,
+    }
 }
 
 pub fn mutex_real<K: Key0>(kind: QuotaKind) -> MutexMap<K, QuantaClock> {

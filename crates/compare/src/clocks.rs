@@ -21,7 +21,8 @@ use governor::RateLimiter;
 use crate::inproc::capacity_for;
 use crate::keys::{request_arrays, Dist, Rng};
 use crate::limiters::{
-    fake_clock, manual_clock, mutex_on, CheapClocks, GovKeyed, Limit, QuotaKind, UPKEEP_INTERVAL,
+    ahash_for, fake_clock, manual_clock, mutex_on, CheapClocks, GovKeyed, Limit, QuotaKind,
+    UPKEEP_INTERVAL,
 };
 use crate::report::{median, sig3};
 use crate::runner::timed;
@@ -31,7 +32,7 @@ use crate::Ctx;
 /// Keys of the decision loops.
 const KEYS: u64 = 1_000;
 /// Decisions per minimal-loop run.
-const MINIMAL_DECISIONS: u64 = 1 << 21;
+const MINIMAL_DECISIONS: u64 = 1 << 20;
 /// Clock reads per timed read loop.
 const READS: u64 = 1 << 20;
 /// Keys per thread of the harness loop's array.
@@ -54,14 +55,14 @@ pub struct ReadRow {
     pub ns: Vec<f64>,
 }
 
-/// Rounds of alternating runs.
+/// Rounds of alternating runs: at least three, and five in the publication run.
 fn rounds(o: &crate::cli::Options) -> usize {
-    o.runs.max(5)
+    o.runs.max(3)
 }
 
 pub fn plan_weight(o: &crate::cli::Options) -> f64 {
-    // 10 variants, two quotas, a harness run and a minimal run of about 40 ms each round.
-    rounds(o) as f64 * 20.0 * (o.duration.as_secs_f64() + 0.04) + 1.0
+    // 10 variants, two quotas, a harness run and a minimal run of about 30 ms each round.
+    rounds(o) as f64 * 20.0 * (o.duration.as_secs_f64() + 0.03) + 1.0
 }
 
 /// A decision loop to time, both ways.
@@ -183,7 +184,7 @@ fn governor_on<C: GovClock + Sync + Send + 'static>(
     name: &'static str,
 ) -> Box<dyn Variant> {
     let lim: GovKeyed<u64, ahash::RandomState, C> =
-        RateLimiter::dashmap_with_clock_and_hasher(q.governor(), clock, ahash::RandomState::new());
+        RateLimiter::dashmap_with_clock_and_hasher(q.governor(), clock, ahash_for());
     Box::new(Plain {
         competitor: "governor-keyed-ahash",
         clock: name,
@@ -320,7 +321,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), String> {
                 ));
                 let h = v.harness(&arrays, o.duration);
                 let m = v.minimal(round as u64 + 1);
-                ctx.progress.advance(o.duration.as_secs_f64() + 0.04);
+                ctx.progress.advance(o.duration.as_secs_f64() + 0.03);
                 match rows.iter_mut().find(|r| {
                     r.competitor == v.competitor() && r.clock == v.clock() && r.quota == q.label()
                 }) {

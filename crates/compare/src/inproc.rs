@@ -7,9 +7,9 @@ use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
-    fake_clock, funnel_grown_manual, funnel_grown_on, funnel_grown_real, funnel_manual, funnel_on,
-    funnel_real, manual_clock, mutex_manual, mutex_on, mutex_real, Batched, ClockPolicy, GovKeyed,
-    Limit, Pingora, QuotaKind, PINGORA_SLOTS,
+    ahash_for, fake_clock, funnel_grown_manual, funnel_grown_on, funnel_grown_real, funnel_manual,
+    funnel_on, funnel_real, manual_clock, mutex_manual, mutex_on, mutex_real, sip, Batched,
+    ClockPolicy, GovKeyed, Limit, Pingora, QuotaKind, PINGORA_SLOTS,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed, Run};
@@ -188,8 +188,8 @@ fn competitors(wl: &Workload, key_type: &str) -> Vec<Comp> {
         Comp::MutexMap,
         Comp::Pingora,
     ]);
-    // The sketch sized to the keys where there is a key space beyond its default size.
-    if matches!(wl.role, "W2" | "W3" | "W4") {
+    // The sketch sized to the keys where the key space is beyond its default size.
+    if matches!(wl.role, "W3" | "W4") {
         v.push(Comp::PingoraSized);
     }
     v
@@ -392,15 +392,12 @@ fn enter_recent<K: Key>(
         }),
         Comp::GovKeyed => built(comp, move || {
             let l: GovKeyed<K, std::hash::RandomState, _> =
-                RateLimiter::dashmap_with_clock(gq, g.clone());
+                RateLimiter::dashmap_with_clock_and_hasher(gq, g.clone(), sip());
             Ok(l)
         }),
         Comp::GovKeyedAhash => built(comp, move || {
-            let l: GovKeyed<K, ahash::RandomState, _> = RateLimiter::dashmap_with_clock_and_hasher(
-                gq,
-                g.clone(),
-                ahash::RandomState::new(),
-            );
+            let l: GovKeyed<K, ahash::RandomState, _> =
+                RateLimiter::dashmap_with_clock_and_hasher(gq, g.clone(), ahash_for());
             Ok(l)
         }),
         Comp::MutexMap => built(comp, move || Ok(mutex_on::<K, _>(quota, f.clone()))),
@@ -465,26 +462,25 @@ fn enter<K: Key>(
         (Comp::GovDirect, ClockPolicy::Manual) => built(comp, move || {
             Ok(RateLimiter::direct_with_clock(gq, fake_clock()))
         }),
-        (Comp::GovKeyed, ClockPolicy::Real) => {
-            built(comp, move || Ok(RateLimiter::<K, _, _>::keyed(gq)))
-        }
+        // governor's defaults: `keyed(gq)` is the DashMap store, SipHash, its QuantaClock.
+        (Comp::GovKeyed, ClockPolicy::Real) => built(comp, move || {
+            let l: GovKeyed<K, std::hash::RandomState, governor::clock::QuantaClock> =
+                RateLimiter::dashmap_with_hasher(gq, sip());
+            Ok(l)
+        }),
         (Comp::GovKeyed, ClockPolicy::Manual) => built(comp, move || {
             let l: GovKeyed<K, std::hash::RandomState, _> =
-                RateLimiter::dashmap_with_clock(gq, fake_clock());
+                RateLimiter::dashmap_with_clock_and_hasher(gq, fake_clock(), sip());
             Ok(l)
         }),
         (Comp::GovKeyedAhash, ClockPolicy::Real) => built(comp, move || {
-            Ok(RateLimiter::<K, _, _>::dashmap_with_hasher(
-                gq,
-                ahash::RandomState::new(),
-            ))
+            let l: GovKeyed<K, ahash::RandomState, governor::clock::QuantaClock> =
+                RateLimiter::dashmap_with_hasher(gq, ahash_for());
+            Ok(l)
         }),
         (Comp::GovKeyedAhash, ClockPolicy::Manual) => built(comp, move || {
-            let l: GovKeyed<K, ahash::RandomState, _> = RateLimiter::dashmap_with_clock_and_hasher(
-                gq,
-                fake_clock(),
-                ahash::RandomState::new(),
-            );
+            let l: GovKeyed<K, ahash::RandomState, _> =
+                RateLimiter::dashmap_with_clock_and_hasher(gq, fake_clock(), ahash_for());
             Ok(l)
         }),
         (Comp::MutexMap, ClockPolicy::Real) => built(comp, move || Ok(mutex_real::<K>(quota))),

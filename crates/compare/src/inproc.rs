@@ -36,10 +36,9 @@ pub struct Workload {
 
 /// funnel's capacity for a key space of `n`: 1.25 n slots (at least 1,024), the sizing
 /// `docs/DESIGN.md` recommends for keys in debt at once, so every key fits when all are in
-/// debt (with the cuckoo step, a table first evicts a key in debt at 89-93% of its slots).
-/// Before the cuckoo step runs used 1.6 n (two-choice placement alone first evicted at about
-/// 70%), and before that the next power of two, up to 2.1 n: at a million keys that table
-/// (38 MB) no longer fit this VM's 32 MB L3, and cost funnel speed, not only memory.
+/// debt (with the cuckoo step, a table first evicts a key in debt only when nearly full). A
+/// larger table (the next power of two) can outgrow the last-level cache at a million keys
+/// and cost funnel speed, not only memory.
 pub fn capacity_for(n: u64) -> usize {
     ((n as usize).saturating_mul(5) / 4).max(1024)
 }

@@ -50,7 +50,7 @@ fn key_spaces(ctx: &Ctx) -> Vec<(String, u64)> {
 }
 
 pub fn plan_weight(o: &crate::cli::Options) -> f64 {
-    // Two sketches and the exact map over 20 requests a key, about 100 ns a request.
+    // Two sketches and the exact map over every request: a rough cost a request.
     let keys: u64 = workloads(o.quick)
         .iter()
         .filter(|w| matches!(w.role, "W2" | "W3"))

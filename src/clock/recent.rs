@@ -64,6 +64,7 @@ use super::{Clock, QuantaClock, Timestamp};
 ///
 /// ```
 /// use funnel::clock::RecentClock;
+/// use funnel::window::{FixedWindowQuota, SlidingWindowQuota};
 /// use funnel::{Funnel, Limiter, LiveLimiter, Quota};
 ///
 /// let clock = RecentClock::shared()?;
@@ -75,8 +76,17 @@ use super::{Clock, QuantaClock, Timestamp};
 /// let single = Funnel::with_clock(quota, clock.clone());
 /// assert!(single.check().is_allowed());
 ///
-/// let live = LiveLimiter::new(Limiter::<str>::builder(quota).clock(clock).build()?);
+/// let live = LiveLimiter::new(Limiter::<str>::builder(quota).clock(clock.clone()).build()?);
 /// assert!(live.check("user:42").is_allowed());
+///
+/// let fixed = Limiter::<str>::fixed_window(FixedWindowQuota::per_second(10)?)
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(fixed.check("user:42").is_allowed());
+/// let sliding = Limiter::<str>::sliding_window(SlidingWindowQuota::per_minute(600)?)
+///     .clock(clock)
+///     .build()?;
+/// assert!(sliding.check("user:42").is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///

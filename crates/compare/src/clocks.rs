@@ -5,6 +5,10 @@
 //! `Mutex<HashMap>` funnel), the manual one (a frozen counter), and for funnel the time handed
 //! in (`check_at`, the time read once per 1,024 decisions, as an event loop reads it).
 //!
+//! Times are per decision *on a CPU*: the thread's time on a CPU (/proc/thread-self/schedstat)
+//! over its decisions, where the system reports it (wall time elsewhere), so that a machine
+//! shared with other work slows each figure less than it lengthens the run.
+//!
 //! Each decision is timed two ways, in alternation: through the harness's loop (`runner::timed`:
 //! a spawned thread walking a pre-drawn key array, as in every other table), and in a minimal
 //! loop on the calling thread that draws a key below 1,000 and decides it, as a new user would
@@ -25,7 +29,7 @@ use crate::limiters::{
     UPKEEP_INTERVAL,
 };
 use crate::report::{median, sig3};
-use crate::runner::timed;
+use crate::runner::{on_cpu_ns, timed};
 use crate::table::Table;
 use crate::Ctx;
 
@@ -89,26 +93,61 @@ impl<L: Limit<u64>> Variant for Plain<L> {
         self.clock
     }
     fn harness(&self, arrays: &[Vec<u64>], duration: Duration) -> f64 {
-        let run = timed(&self.lim, arrays, 1, duration, true);
-        1e9 / run.per_sec()
+        per_decision_on_cpu(&timed(&self.lim, arrays, 1, duration, true))
     }
     fn minimal(&self, seed: u64) -> f64 {
         minimal_loop(&self.lim, seed)
     }
 }
 
+/// A timed stretch of the calling thread: its time on a CPU where known, else wall time.
+struct Stopwatch {
+    cpu: Option<u64>,
+    wall: Instant,
+}
+
+impl Stopwatch {
+    fn start() -> Stopwatch {
+        Stopwatch {
+            cpu: on_cpu_ns(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// ns per one of `n` operations since `start`.
+    fn per(&self, n: u64) -> f64 {
+        let wall = self.wall.elapsed().as_nanos() as f64;
+        let ns = match (self.cpu, on_cpu_ns()) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64,
+            _ => wall,
+        };
+        ns / n as f64
+    }
+}
+
+/// ns per decision of a harness run on one thread, on a CPU where known.
+fn per_decision_on_cpu(run: &crate::runner::Run) -> f64 {
+    let wall = run.elapsed.as_nanos() as f64;
+    let share = if run.cpu_share.is_finite() && run.cpu_share > 0.0 {
+        run.cpu_share
+    } else {
+        1.0
+    };
+    wall * share / run.decisions.max(1) as f64
+}
+
 /// The minimal loop: draw a key below 1,000, decide it.
 #[inline(never)]
 fn minimal_loop<L: Limit<u64>>(lim: &L, seed: u64) -> f64 {
     let mut rng = Rng::new(seed);
-    let start = Instant::now();
+    let watch = Stopwatch::start();
     let mut allowed = 0u64;
     for _ in 0..MINIMAL_DECISIONS {
         let key = rng.below(KEYS);
         allowed += u64::from(lim.check(&key));
     }
     black_box(allowed);
-    start.elapsed().as_nanos() as f64 / MINIMAL_DECISIONS as f64
+    watch.per(MINIMAL_DECISIONS)
 }
 
 /// funnel with the time handed in: `check_at` with a time read once per 1,024 decisions.
@@ -139,14 +178,13 @@ impl Variant for HandedIn {
         "handed in"
     }
     fn harness(&self, arrays: &[Vec<u64>], duration: Duration) -> f64 {
-        let run = timed(self, arrays, 1, duration, true);
-        1e9 / run.per_sec()
+        per_decision_on_cpu(&timed(self, arrays, 1, duration, true))
     }
     #[inline(never)]
     fn minimal(&self, seed: u64) -> f64 {
         let mut rng = Rng::new(seed);
         let clock = self.lim.clock();
-        let start = Instant::now();
+        let watch = Stopwatch::start();
         let mut allowed = 0u64;
         let mut now = clock.now();
         for i in 0..MINIMAL_DECISIONS {
@@ -157,7 +195,7 @@ impl Variant for HandedIn {
             allowed += u64::from(self.lim.check_at(&key, now).is_allowed());
         }
         black_box(allowed);
-        start.elapsed().as_nanos() as f64 / MINIMAL_DECISIONS as f64
+        watch.per(MINIMAL_DECISIONS)
     }
 }
 
@@ -228,7 +266,7 @@ fn variants(q: QuotaKind, cheap: &CheapClocks) -> Result<Vec<Box<dyn Variant>>, 
 /// ns per read of `clock`, `READS` reads summed.
 #[inline(never)]
 fn reads<T>(now: impl Fn() -> T, fold: impl Fn(T) -> u64) -> f64 {
-    let start = Instant::now();
+    let watch = Stopwatch::start();
     let mut sum = 0u64;
     for _ in 0..READS {
         sum = sum.wrapping_add(fold(now()));
@@ -236,7 +274,7 @@ fn reads<T>(now: impl Fn() -> T, fold: impl Fn(T) -> u64) -> f64 {
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
     }
     black_box(sum);
-    start.elapsed().as_nanos() as f64 / READS as f64
+    watch.per(READS)
 }
 
 /// Each clock's read, ns.

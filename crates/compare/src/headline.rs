@@ -106,12 +106,12 @@ pub fn text(ctx: &Ctx) -> String {
     if !c.rows.is_empty() {
         let _ = writeln!(
             s,
-            "\nEach limiter on each clock: ns per decision, 1,000 u64 keys, 1 thread (median of \
-             alternating rounds;\nthe harness's loop, and a minimal loop that draws a key and \
-             decides it)\n"
+            "\nEach limiter on each clock: ns per decision on a CPU, 1,000 u64 keys, 1 thread \
+             (median of alternating\nrounds; the harness's loop, and a minimal loop that draws \
+             a key and decides it)\n"
         );
         s.push_str(&c.text());
-        let _ = writeln!(s, "\nA clock read alone, ns\n");
+        let _ = writeln!(s, "\nA clock read alone, ns on a CPU\n");
         s.push_str(&crate::clocks::read_table(ctx).text());
     }
     let k = crate::sketch::table(ctx);

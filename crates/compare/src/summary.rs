@@ -162,15 +162,17 @@ pub fn markdown(
     if !ctx.clock_rows.is_empty() {
         let _ = writeln!(
             s,
-            "\n#### Each limiter on each clock: ns per decision, 1,000 `u64` keys, 1 thread, median (min–max) of alternating rounds\n\n\
+            "\n#### Each limiter on each clock: ns per decision on a CPU, 1,000 `u64` keys, 1 thread, median (min–max) of alternating rounds\n\n\
              *harness*: the harness's loop (a spawned thread walking a pre-drawn key array); \
              *minimal*: a loop on the calling thread that draws a key below 1,000 and decides it. \
              *real*: the TSC through quanta; *recent*: a time an upkeep thread refreshes every \
              millisecond (funnel `RecentClock`, governor `QuantaUpkeepClock`); *manual*: a frozen \
-             counter; *handed in*: funnel's `check_at` with the time read once per 1,024 decisions.\n"
+             counter; *handed in*: funnel's `check_at` with the time read once per 1,024 decisions. \
+             Time on a CPU is the thread's (/proc/thread-self/schedstat), so that other work on \
+             the machine lengthens the run more than the figures.\n"
         );
         s.push_str(&crate::clocks::decision_table(ctx).markdown());
-        let _ = writeln!(s, "\n#### A clock read alone, ns per read\n");
+        let _ = writeln!(s, "\n#### A clock read alone, ns per read on a CPU\n");
         s.push_str(&crate::clocks::read_table(ctx).markdown());
     }
     if !ctx.sketch.is_empty() {

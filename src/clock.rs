@@ -1,5 +1,6 @@
 //! Time: [`Timestamp`] (nanoseconds since a clock's origin), the [`Clock`] trait, the default
-//! [`QuantaClock`], [`StdClock`], and [`ManualClock`] for tests and simulations.
+//! [`QuantaClock`], [`RecentClock`] (a cached time for hot loops), [`StdClock`], and
+//! [`ManualClock`] for tests and simulations.
 //!
 //! **Resolution** is one nanosecond. **Range** is [`Timestamp::MAX`], about 109 years after the
 //! clock's origin, so no limiter wraps around in any realistic uptime; a clock that ever got past
@@ -18,6 +19,9 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::state::MAX_TIME_NANOS;
+
+mod recent;
+pub use recent::RecentClock;
 
 /// A point in time: nanoseconds since a clock's origin, at most [`Timestamp::MAX`].
 ///

@@ -12,7 +12,7 @@ use funnel::{Funnel, Limiter, Timestamp};
 use governor::RateLimiter;
 
 use crate::keys::{Key, Zipf};
-use crate::limiters::{nz, GovKeyed, LimitAt, MutexMap, TraceClock};
+use crate::limiters::{ahash_for, nz, sip, GovKeyed, LimitAt, MutexMap, TraceClock};
 use crate::report::{fmt_int, fmt_rate, Row, Section};
 use crate::runner::{best_of, replay, Run, TraceShare, LEGIT, MAX_SKEW_NS, REF_ALLOWED};
 use crate::Ctx;
@@ -289,7 +289,7 @@ fn run_keys<K: Key>(ctx: &mut Ctx, p: &Params, trace: &Trace) -> Result<(), Stri
             field.push(
                 m.contender("governor-keyed".into(), "unbounded".into(), move || {
                     let l: GovKeyed<K, std::hash::RandomState, TraceClock> =
-                        RateLimiter::dashmap_with_clock(gq, TraceClock);
+                        RateLimiter::dashmap_with_clock_and_hasher(gq, TraceClock, sip());
                     Ok(l)
                 }),
             );
@@ -298,11 +298,7 @@ fn run_keys<K: Key>(ctx: &mut Ctx, p: &Params, trace: &Trace) -> Result<(), Stri
                 "unbounded".into(),
                 move || {
                     let l: GovKeyed<K, ahash::RandomState, TraceClock> =
-                        RateLimiter::dashmap_with_clock_and_hasher(
-                            gq,
-                            TraceClock,
-                            ahash::RandomState::new(),
-                        );
+                        RateLimiter::dashmap_with_clock_and_hasher(gq, TraceClock, ahash_for());
                     Ok(l)
                 },
             ));

@@ -68,10 +68,10 @@ struct Args {
     /// Skip the Redis rows even if redis-server is installed.
     #[arg(long)]
     no_redis: bool,
-    /// Also copy the charts to docs/bench/ and replace the generated section of
-    /// BENCHMARKS.md with this run's summary (publication runs only, so with --full; it
-    /// refuses to start without redis-server, unless --no-redis).
-    #[arg(long, requires = "full")]
+    /// Also copy the charts, the CSVs and the short report (latest.md) to docs/bench/, where
+    /// BENCHMARKS.md links to them (it refuses to start without redis-server, unless
+    /// --no-redis).
+    #[arg(long)]
     publish: bool,
     /// Only publish an earlier run's directory (results/<run id>), as --publish would.
     #[arg(long, value_name = "DIR", exclusive = true)]

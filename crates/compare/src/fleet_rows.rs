@@ -236,9 +236,9 @@ pub fn pair(ctx: &Ctx, mix: Mix, in_flight: usize) -> Option<(&Row, &Row)> {
 
 /// What the deny cache changes: for each mix and requests in flight, decisions/s and Redis
 /// round trips per decision without and with it, and the cut from the raw counts.
-pub fn cache_table(ctx: &Ctx) -> crate::tables::Table {
+pub fn cache_table(ctx: &Ctx) -> crate::table::Table {
     use crate::report::{fmt_rate, fmt_ratio};
-    let mut t = crate::tables::Table::new(
+    let mut t = crate::table::Table::new(
         &[
             "mix",
             "in flight",
@@ -271,9 +271,4 @@ pub fn cache_table(ctx: &Ctx) -> crate::tables::Table {
         }
     }
     t
-}
-
-/// Requests in flight of the rows, for the targets.
-pub fn in_flight() -> [usize; 2] {
-    IN_FLIGHT
 }

@@ -1,6 +1,7 @@
-//! The short table the harness prints when it ends: funnel against governor (default and ahash
-//! hashers), the `Mutex<HashMap>` funnel and the GCRA Lua script on Redis, one thread, in under
-//! 100 columns. The wide tables go to the run's files.
+//! The short tables the harness prints when it ends: funnel against governor (default and ahash
+//! hashers), the `Mutex<HashMap>` funnel, pingora-limits' sketch and the GCRA Lua script on
+//! Redis, one thread, in under 100 columns; each limiter on each clock; the sketch's errors.
+//! The wide tables go to the run's files.
 
 use std::fmt::Write as _;
 
@@ -10,10 +11,11 @@ use crate::Ctx;
 
 /// The in-process competitors of the short table: the row's competitor, its column and the
 /// column of funnel's ratio to it (short, so that the table fits in 100 columns).
-const COMPETITORS: [(&str, &str, &str); 3] = [
-    ("governor-keyed", "governor", "÷gov"),
-    ("governor-keyed-ahash", "gov-ahash", "÷ahash"),
-    ("mutex-map", "mutex-map", "÷mutex"),
+const COMPETITORS: [(&str, &str, &str); 4] = [
+    ("governor-keyed", "gov", "÷gov"),
+    ("governor-keyed-ahash", "gov-ah", "÷ahash"),
+    ("mutex-map", "mutex", "÷mutex"),
+    ("pingora", "pingora", "÷ping"),
 ];
 
 /// Decisions/s on `threads` threads per workload, key type and quota, with funnel's ratio to
@@ -92,11 +94,36 @@ pub fn text(ctx: &Ctx) -> String {
         let _ = writeln!(
             s,
             "\nIn process, 1 thread, decisions/s (median of {} runs, {} clock)\n\
-             ÷gov, ÷ahash, ÷mutex: funnel ÷ governor, gov-ahash, mutex-map\n",
+             gov: governor (its default hasher); gov-ah: governor with ahash; mutex: a \
+             Mutex<HashMap> funnel;\npingora: pingora-limits' Rate at its default size; \
+             ÷x: funnel's rate ÷ x's\n",
             ctx.opts.runs,
             ctx.opts.clock.label()
         );
         s.push_str(&t.text());
+    }
+    let c = crate::clocks::short_table(ctx);
+    if !c.rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nEach limiter on each clock: ns per decision on a CPU, 1,000 u64 keys, 1 thread \
+             (median of alternating\nrounds; the harness's loop, and a minimal loop that draws \
+             a key and decides it)\n"
+        );
+        s.push_str(&c.text());
+        let _ = writeln!(s, "\nA clock read alone, ns on a CPU\n");
+        s.push_str(&crate::clocks::read_table(ctx).text());
+    }
+    let k = crate::sketch::table(ctx);
+    if !k.rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\npingora-limits' Rate (count-min sketch) against an exact counter: {} per key per \
+             window,\n{} requests per key on average, uniform keys, one window\n",
+            crate::sketch::LIMIT,
+            crate::sketch::REQUESTS_PER_KEY
+        );
+        s.push_str(&k.text());
     }
     let r = redis(&ctx.rows);
     if r.rows.is_empty() {
@@ -113,13 +140,6 @@ pub fn text(ctx: &Ctx) -> String {
         let _ = writeln!(s, "\nfunnel-redis (the funnel kept in Redis for a fleet), without and with its deny cache\n");
         s.push_str(&cache.text());
     }
-    let targets = crate::targets::targets(ctx);
-    let met = targets.iter().filter(|t| t.met == Some(true)).count();
-    let missed = targets.iter().filter(|t| t.met == Some(false)).count();
-    let _ = writeln!(
-        s,
-        "\nTargets: {met} met, {missed} missed (each with its figures in summary.md)."
-    );
     s
 }
 
@@ -191,7 +211,7 @@ mod tests {
                 for q in QUOTAS {
                     rows.push(row(Section::InProc, wl, kt, q, "funnel", 123_456_789));
                     for (i, c) in COMPETITORS.iter().enumerate() {
-                        let rate = [99_999, 12_345_678, 123_456_789][i];
+                        let rate = [99_999, 12_345_678, 123_456_789, 1_234_567][i];
                         rows.push(row(Section::InProc, wl, kt, q, c.0, rate));
                     }
                 }

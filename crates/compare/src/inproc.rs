@@ -7,8 +7,9 @@ use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist, Key};
 use crate::limiters::{
-    fake_clock, funnel_grown_manual, funnel_grown_real, funnel_manual, funnel_real, manual_clock,
-    mutex_manual, mutex_real, Batched, ClockPolicy, GovKeyed, Limit, QuotaKind,
+    ahash_for, fake_clock, funnel_grown_manual, funnel_grown_on, funnel_grown_real, funnel_manual,
+    funnel_on, funnel_real, manual_clock, mutex_manual, mutex_on, mutex_real, sip, Batched,
+    ClockPolicy, GovKeyed, Limit, Pingora, QuotaKind, PINGORA_SLOTS,
 };
 use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed, Run};
@@ -35,10 +36,9 @@ pub struct Workload {
 
 /// funnel's capacity for a key space of `n`: 1.25 n slots (at least 1,024), the sizing
 /// `docs/DESIGN.md` recommends for keys in debt at once, so every key fits when all are in
-/// debt (with the cuckoo step, a table first evicts a key in debt at 89-93% of its slots).
-/// Before the cuckoo step runs used 1.6 n (two-choice placement alone first evicted at about
-/// 70%), and before that the next power of two, up to 2.1 n: at a million keys that table
-/// (38 MB) no longer fit this VM's 32 MB L3, and cost funnel speed, not only memory.
+/// debt (with the cuckoo step, a table first evicts a key in debt only when nearly full). A
+/// larger table (the next power of two) can outgrow the last-level cache at a million keys
+/// and cost funnel speed, not only memory.
 pub fn capacity_for(n: u64) -> usize {
     ((n as usize).saturating_mul(5) / 4).max(1024)
 }
@@ -126,6 +126,10 @@ pub enum Comp {
     GovKeyed,
     GovKeyedAhash,
     MutexMap,
+    /// pingora-limits' `Rate` at its default size (4 x 1,024 counters).
+    Pingora,
+    /// pingora-limits' `Rate` with one column per key of the workload ([`Pingora::slots_for`]).
+    PingoraSized,
 }
 
 impl Comp {
@@ -144,13 +148,15 @@ impl Comp {
             Comp::GovKeyed => "governor-keyed",
             Comp::GovKeyedAhash => "governor-keyed-ahash",
             Comp::MutexMap => "mutex-map",
+            Comp::Pingora => "pingora",
+            Comp::PingoraSized => "pingora-sized",
         }
     }
 
     /// Every competitor of the in-process tables. To add one: a variant here, its label, its
     /// place in `competitors`, its prefill estimate in `prefill_weight`, and how to build it
     /// for each clock policy in `enter` (anything implementing `limiters::Limit`).
-    pub const IN_TABLE: [Comp; 8] = [
+    pub const IN_TABLE: [Comp; 10] = [
         Comp::Funnel,
         Comp::FunnelBatch,
         Comp::FunnelGrown,
@@ -159,6 +165,8 @@ impl Comp {
         Comp::GovKeyed,
         Comp::GovKeyedAhash,
         Comp::MutexMap,
+        Comp::Pingora,
+        Comp::PingoraSized,
     ];
 }
 
@@ -173,7 +181,16 @@ fn competitors(wl: &Workload, key_type: &str) -> Vec<Comp> {
     if wl.role == "W1" && key_type == "u64" {
         v.extend([Comp::FunnelDirect, Comp::GovDirect]);
     }
-    v.extend([Comp::GovKeyed, Comp::GovKeyedAhash, Comp::MutexMap]);
+    v.extend([
+        Comp::GovKeyed,
+        Comp::GovKeyedAhash,
+        Comp::MutexMap,
+        Comp::Pingora,
+    ]);
+    // The sketch sized to the keys where the key space is beyond its default size.
+    if matches!(wl.role, "W3" | "W4") {
+        v.push(Comp::PingoraSized);
+    }
     v
 }
 
@@ -233,6 +250,8 @@ fn prefill_weight(wl: &Workload, comp: Comp, is_string: bool, threads: usize) ->
         (Comp::GovKeyed | Comp::GovKeyedAhash, true) => 900e-9,
         (Comp::MutexMap, false) => 250e-9,
         (Comp::MutexMap, true) => 500e-9,
+        (Comp::Pingora | Comp::PingoraSized, false) => 100e-9,
+        (Comp::Pingora | Comp::PingoraSized, true) => 200e-9,
     };
     per_key * wl.key_space as f64 / (threads.min(2) as f64).max(1.0) + 0.05
 }
@@ -292,6 +311,7 @@ trait Contender<K> {
     fn state(&self) -> Option<TableState>;
     fn keys_held(&self) -> Option<usize>;
     fn slots(&self) -> Option<usize>;
+    fn size_label(&self) -> Option<String>;
 }
 
 struct Built<L, F> {
@@ -336,6 +356,10 @@ impl<K: Key, L: Limit<K>, F: Fn() -> Result<L, String>> Contender<K> for Built<L
     fn slots(&self) -> Option<usize> {
         self.lim.slots()
     }
+
+    fn size_label(&self) -> Option<String> {
+        self.lim.size_label()
+    }
 }
 
 fn built<K: Key, L: Limit<K> + 'static>(
@@ -344,6 +368,40 @@ fn built<K: Key, L: Limit<K> + 'static>(
 ) -> Result<Box<dyn Contender<K>>, String> {
     let lim = make()?;
     Ok(Box::new(Built { comp, lim, make }))
+}
+
+/// Builds competitor `comp` on the recent policy's cheap clocks.
+fn enter_recent<K: Key>(
+    comp: Comp,
+    quota: QuotaKind,
+    cap: usize,
+    clocks: crate::limiters::CheapClocks,
+) -> Result<Box<dyn Contender<K>>, String> {
+    let (fq, gq) = (quota.funnel(), quota.governor());
+    let (f, g) = (clocks.funnel, clocks.governor);
+    match comp {
+        Comp::Funnel => built(comp, move || funnel_on::<K, _>(fq, cap, f.clone())),
+        Comp::FunnelBatch => built(comp, move || {
+            funnel_on::<K, _>(fq, cap, f.clone()).map(Batched)
+        }),
+        Comp::FunnelGrown => built(comp, move || funnel_grown_on::<K, _>(fq, cap, f.clone())),
+        Comp::FunnelDirect => built(comp, move || Ok(Funnel::with_clock(fq, f.clone()))),
+        Comp::GovDirect => built(comp, move || {
+            Ok(RateLimiter::direct_with_clock(gq, g.clone()))
+        }),
+        Comp::GovKeyed => built(comp, move || {
+            let l: GovKeyed<K, std::hash::RandomState, _> =
+                RateLimiter::dashmap_with_clock_and_hasher(gq, g.clone(), sip());
+            Ok(l)
+        }),
+        Comp::GovKeyedAhash => built(comp, move || {
+            let l: GovKeyed<K, ahash::RandomState, _> =
+                RateLimiter::dashmap_with_clock_and_hasher(gq, g.clone(), ahash_for());
+            Ok(l)
+        }),
+        Comp::MutexMap => built(comp, move || Ok(mutex_on::<K, _>(quota, f.clone()))),
+        Comp::Pingora | Comp::PingoraSized => unreachable!("pingora reads its own clock"),
+    }
 }
 
 /// A competitor in the field, prefilled, with what its rows' notes report.
@@ -362,8 +420,25 @@ fn enter<K: Key>(
     comp: Comp,
 ) -> Result<Entry<K>, String> {
     let (fq, gq) = (quota.funnel(), quota.governor());
+    let (interval, limit) = quota.pingora();
     let cap = wl.capacity;
+    let sized = Pingora::slots_for(wl.key_space);
+    let cheap = match (ctx.opts.clock, &ctx.cheap) {
+        (ClockPolicy::Recent, None) => return Err("the recent clocks were not started".into()),
+        (_, c) => c.clone(),
+    };
     let contender = match (comp, ctx.opts.clock) {
+        // pingora reads `Instant::now()` itself, whatever the policy.
+        (Comp::Pingora, _) => built(comp, move || {
+            Ok(Pingora::new(interval, limit, PINGORA_SLOTS))
+        }),
+        (Comp::PingoraSized, _) => built(comp, move || Ok(Pingora::new(interval, limit, sized))),
+        (_, ClockPolicy::Recent) => {
+            let Some(c) = cheap else {
+                unreachable!("checked above")
+            };
+            enter_recent::<K>(comp, quota, cap, c)
+        }
         (Comp::Funnel, ClockPolicy::Real) => built(comp, move || funnel_real::<K>(fq, cap)),
         (Comp::Funnel, ClockPolicy::Manual) => built(comp, move || funnel_manual::<K>(fq, cap)),
         (Comp::FunnelBatch, ClockPolicy::Real) => {
@@ -386,26 +461,25 @@ fn enter<K: Key>(
         (Comp::GovDirect, ClockPolicy::Manual) => built(comp, move || {
             Ok(RateLimiter::direct_with_clock(gq, fake_clock()))
         }),
-        (Comp::GovKeyed, ClockPolicy::Real) => {
-            built(comp, move || Ok(RateLimiter::<K, _, _>::keyed(gq)))
-        }
+        // governor's defaults: `keyed(gq)` is the DashMap store, SipHash, its QuantaClock.
+        (Comp::GovKeyed, ClockPolicy::Real) => built(comp, move || {
+            let l: GovKeyed<K, std::hash::RandomState, governor::clock::QuantaClock> =
+                RateLimiter::dashmap_with_hasher(gq, sip());
+            Ok(l)
+        }),
         (Comp::GovKeyed, ClockPolicy::Manual) => built(comp, move || {
             let l: GovKeyed<K, std::hash::RandomState, _> =
-                RateLimiter::dashmap_with_clock(gq, fake_clock());
+                RateLimiter::dashmap_with_clock_and_hasher(gq, fake_clock(), sip());
             Ok(l)
         }),
         (Comp::GovKeyedAhash, ClockPolicy::Real) => built(comp, move || {
-            Ok(RateLimiter::<K, _, _>::dashmap_with_hasher(
-                gq,
-                ahash::RandomState::new(),
-            ))
+            let l: GovKeyed<K, ahash::RandomState, governor::clock::QuantaClock> =
+                RateLimiter::dashmap_with_hasher(gq, ahash_for());
+            Ok(l)
         }),
         (Comp::GovKeyedAhash, ClockPolicy::Manual) => built(comp, move || {
-            let l: GovKeyed<K, ahash::RandomState, _> = RateLimiter::dashmap_with_clock_and_hasher(
-                gq,
-                fake_clock(),
-                ahash::RandomState::new(),
-            );
+            let l: GovKeyed<K, ahash::RandomState, _> =
+                RateLimiter::dashmap_with_clock_and_hasher(gq, fake_clock(), ahash_for());
             Ok(l)
         }),
         (Comp::MutexMap, ClockPolicy::Real) => built(comp, move || Ok(mutex_real::<K>(quota))),
@@ -567,7 +641,9 @@ fn row_of<K: Key>(
         pipeline: 1,
         competitor: comp.label().to_string(),
         clock: o.clock.label().to_string(),
-        capacity: if let Some(slots) = entry.contender.slots() {
+        capacity: if let Some(label) = entry.contender.size_label() {
+            label
+        } else if let Some(slots) = entry.contender.slots() {
             fmt_int(slots as u64)
         } else if comp.is_direct() {
             "1 state".into()

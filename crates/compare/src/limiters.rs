@@ -8,12 +8,13 @@
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use funnel::clock::{Clock as FunnelClock, ManualClock, QuantaClock};
+use funnel::clock::{Clock as FunnelClock, ManualClock, QuantaClock, RecentClock};
 use funnel::{Funnel, Limiter, Stats, Timestamp};
-use governor::clock::{Clock as GovClock, FakeRelativeClock};
+use governor::clock::{Clock as GovClock, FakeRelativeClock, QuantaUpkeepClock};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
@@ -27,10 +28,9 @@ use funnel_testkit::mutex_map::MutexMapLimiter;
 /// Every competitor's methods here are `#[inline(always)]`, so that each decision is inlined
 /// into the timed loop, as a caller's own code would have it (funnel's `check` is
 /// `#[inline(always)]`; governor's `check_key` is generic, so the caller's crate compiles it and
-/// may inline it). With plain `#[inline]` the compiler kept the wrapper out
-/// of line inside the timed threads' closures: a call per decision, which cost funnel 102-106
-/// against 84-86 ns a decision at 10 M keys allowed (same table, same keys, the loop run on the
-/// spawned thread and on the main thread).
+/// may inline it). With plain `#[inline]` the compiler kept the wrapper out of line inside the
+/// timed threads' closures: a call per decision, which no caller's own loop pays. governor's
+/// keyed decision is the exception, kept out of line on purpose (`governor_check`).
 pub trait Limit<K>: Sync {
     fn check(&self, key: &K) -> bool;
     /// Decides every key of `keys` in order; how many were allowed. One call per key unless
@@ -49,6 +49,10 @@ pub trait Limit<K>: Sync {
     }
     /// funnel's table size in slots; `None` for the unbounded ones.
     fn slots(&self) -> Option<usize> {
+        None
+    }
+    /// The size of a fixed structure that is not a table of keys (pingora's sketch).
+    fn size_label(&self) -> Option<String> {
         None
     }
 }
@@ -144,8 +148,78 @@ impl<K, C: FunnelClock> Limit<K> for Funnel<C> {
 // governor
 
 /// governor keyed, DashMap store (governor's default keyed store) with hasher `S`, clock `C`.
-pub type GovKeyed<K, S, C> =
-    RateLimiter<K, DashMapStateStore<K, S>, C, NoOpMiddleware<<C as GovClock>::Instant>>;
+///
+/// The hasher is wrapped in [`ClockHasher`] so that each clock gets its own instantiation of
+/// DashMap's lookup: see there.
+pub type GovKeyed<K, S, C> = RateLimiter<
+    K,
+    DashMapStateStore<K, ClockHasher<S, C>>,
+    C,
+    NoOpMiddleware<<C as GovClock>::Instant>,
+>;
+
+/// A hasher builder `S` tagged with the clock `C` of the governor limiter it serves; it hashes
+/// exactly as `S` does.
+///
+/// Why: DashMap's lookup (`DashMap::_get`) is generic over the key, the value and the hasher,
+/// not over governor's clock. With one instantiation shared by the limiters of every clock
+/// policy the harness builds (real, recent, manual), the lookup has several callers and LLVM
+/// keeps it out of line, where a program using governor with one clock gets it inlined into
+/// `check_key`, and governor then runs more instructions per decision than in that program
+/// (callgrind, on a minimal loop built with and without the harness's other instantiations).
+/// Tagged, each clock's limiter has a lookup of its own, with one caller.
+pub struct ClockHasher<S, C>(S, PhantomData<fn() -> C>);
+
+impl<S, C> ClockHasher<S, C> {
+    pub fn new(s: S) -> ClockHasher<S, C> {
+        ClockHasher(s, PhantomData)
+    }
+}
+
+impl<S: Clone, C> Clone for ClockHasher<S, C> {
+    fn clone(&self) -> Self {
+        ClockHasher(self.0.clone(), PhantomData)
+    }
+}
+
+/// A fresh `S` (randomly keyed, for the two hashers here), as governor's store asks for.
+impl<S: Default, C> Default for ClockHasher<S, C> {
+    fn default() -> Self {
+        ClockHasher::new(S::default())
+    }
+}
+
+impl<S: BuildHasher, C> BuildHasher for ClockHasher<S, C> {
+    type Hasher = S::Hasher;
+    #[inline(always)]
+    fn build_hasher(&self) -> S::Hasher {
+        self.0.build_hasher()
+    }
+}
+
+/// governor's default hasher (SipHash, randomly keyed) for a limiter on clock `C`.
+pub fn sip<C>() -> ClockHasher<std::hash::RandomState, C> {
+    ClockHasher::new(std::hash::RandomState::new())
+}
+
+/// ahash for a limiter on clock `C`.
+pub fn ahash_for<C>() -> ClockHasher<ahash::RandomState, C> {
+    ClockHasher::new(ahash::RandomState::new())
+}
+
+/// governor's keyed decision, out of line: the one caller of `check_key` for these types, as a
+/// program's request path is, so that LLVM compiles `check_key` (with DashMap's lookup inlined
+/// into it) as it does in such a program, rather than inlined into each of the harness's loops
+/// with the lookup left out of line.
+#[inline(never)]
+fn governor_check<K, S, C>(lim: &GovKeyed<K, S, C>, key: &K) -> bool
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    S: BuildHasher + Clone + Send + Sync,
+    C: GovClock + Sync,
+{
+    lim.check_key(key).is_ok()
+}
 
 /// governor direct (one state, no key).
 pub type GovDirect<C> =
@@ -159,7 +233,7 @@ where
 {
     #[inline(always)]
     fn check(&self, key: &K) -> bool {
-        self.check_key(key).is_ok()
+        governor_check(self, key)
     }
     fn keys_held(&self) -> Option<usize> {
         Some(self.len())
@@ -198,7 +272,7 @@ where
     #[inline(always)]
     fn check_at(&self, key: &K, now_ns: u64) -> bool {
         TRACE_NOW.with(|c| c.set(now_ns));
-        self.check_key(key).is_ok()
+        governor_check(self, key)
     }
 }
 
@@ -231,6 +305,64 @@ impl<K: Key0, C: FunnelClock> LimitAt<K> for MutexMap<K, C> {
 /// What the `Mutex<HashMap>` funnel needs of a key.
 pub trait Key0: Hash + Eq + Clone + Send + Sync {}
 impl<K: Hash + Eq + Clone + Send + Sync> Key0 for K {}
+
+// ---------------------------------------------------------------------------------------------
+// pingora-limits' `Rate`: a count-min sketch per fixed interval, reading its own clock
+
+/// pingora-limits' `Rate` used as a pingora user limits with it: a request is admitted while
+/// `observe(key, 1)` (the key's estimated count in the current interval, this request
+/// included) is within the limit. The sketch overestimates a key's count when keys share its
+/// counters, so it may deny a request an exact counter admits, never the other way round
+/// within an interval. It reads `Instant::now()` itself on every call, whatever the clock policy.
+pub struct Pingora {
+    pub rate: pingora_limits::rate::Rate,
+    pub limit: isize,
+    /// Columns per hash row of its sketch (pingora's default: 1,024).
+    pub slots: usize,
+}
+
+/// Hash rows of pingora's sketch: its default.
+pub const PINGORA_HASHES: usize = 4;
+/// Columns per hash row at pingora's default size.
+pub const PINGORA_SLOTS: usize = 1024;
+/// The most columns the sized sketch gets (its two sketches then take 64 MiB).
+pub const PINGORA_MAX_SLOTS: usize = 1 << 20;
+
+impl Pingora {
+    /// A fixed window of `interval` admitting `limit` per key, with `slots` columns per row.
+    pub fn new(interval: Duration, limit: u64, slots: usize) -> Pingora {
+        Pingora {
+            rate: pingora_limits::rate::Rate::new_with_estimator_config(
+                interval,
+                PINGORA_HASHES,
+                slots,
+            ),
+            limit: isize::try_from(limit).unwrap_or(isize::MAX),
+            slots,
+        }
+    }
+
+    /// The sketch sized to a key space: one column per key (at least pingora's default, at
+    /// most [`PINGORA_MAX_SLOTS`]).
+    pub fn slots_for(keys: u64) -> usize {
+        usize::try_from(keys)
+            .unwrap_or(usize::MAX)
+            .clamp(PINGORA_SLOTS, PINGORA_MAX_SLOTS)
+    }
+}
+
+impl<K: Hash + Sync> Limit<K> for Pingora {
+    #[inline(always)]
+    fn check(&self, key: &K) -> bool {
+        self.rate.observe(key, 1) <= self.limit
+    }
+    fn size_label(&self) -> Option<String> {
+        Some(format!(
+            "sketch {PINGORA_HASHES} x {} counters, twice",
+            crate::report::fmt_int(self.slots as u64)
+        ))
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // quotas
@@ -302,6 +434,15 @@ impl QuotaKind {
         }
     }
 
+    /// pingora's fixed window: (interval, limit per key per interval). `allow`: 4,000,000,000
+    /// a second (every decision allowed, as the others); `deny`: 1 an hour.
+    pub fn pingora(self) -> (Duration, u64) {
+        match self {
+            QuotaKind::Allow => (Duration::from_secs(1), u64::from(ALLOW_BURST)),
+            QuotaKind::Deny => (Duration::from_secs(3600), 1),
+        }
+    }
+
     /// (limit, count, period in ms) for the Redis scripts.
     pub fn redis(self) -> (u64, u64, u64) {
         match self {
@@ -325,6 +466,10 @@ pub enum ClockPolicy {
     /// `QuantaClock` (which reads it inline), governor's default `QuantaClock` (through quanta),
     /// and funnel's `QuantaClock` for the `Mutex<HashMap>` funnel.
     Real,
+    /// Each limiter reads its cheap clock, a time one upkeep thread refreshes every
+    /// millisecond: funnel's `RecentClock`, governor's `QuantaUpkeepClock` (quanta's upkeep
+    /// thread), funnel's `RecentClock` for the `Mutex<HashMap>` funnel.
+    Recent,
     /// Each limiter reads a shared frozen counter (one relaxed atomic load): funnel's
     /// `ManualClock`, governor's `FakeRelativeClock`, a `ManualClock` for the `Mutex<HashMap>`.
     Manual,
@@ -334,6 +479,7 @@ impl ClockPolicy {
     pub fn label(self) -> &'static str {
         match self {
             ClockPolicy::Real => "real",
+            ClockPolicy::Recent => "recent",
             ClockPolicy::Manual => "manual",
         }
     }
@@ -345,12 +491,39 @@ impl ClockPolicy {
                  (funnel's default QuantaClock, which reads it inline, governor's default \
                  QuantaClock, funnel's QuantaClock passed to the Mutex<HashMap> funnel)"
             }
+            ClockPolicy::Recent => {
+                "recent clock for all: every decision reads a time one upkeep thread refreshes \
+                 every millisecond (funnel RecentClock, governor QuantaUpkeepClock, funnel \
+                 RecentClock for the Mutex<HashMap> funnel); pingora-limits reads Instant::now"
+            }
             ClockPolicy::Manual => {
                 "manual clock for all: every decision reads one frozen shared counter \
                  (funnel ManualClock, governor FakeRelativeClock, funnel ManualClock for the \
-                 Mutex<HashMap> funnel); the clock read is ~1 ns instead of ~10 ns"
+                 Mutex<HashMap> funnel)"
             }
         }
+    }
+}
+
+/// The upkeep interval of both cheap clocks: funnel's default for `RecentClock`.
+pub const UPKEEP_INTERVAL: Duration = RecentClock::DEFAULT_INTERVAL;
+
+/// The cheap clocks of the recent policy, started together and stopped together (each has one
+/// upkeep thread, which runs while a clone lives).
+#[derive(Clone)]
+pub struct CheapClocks {
+    pub funnel: RecentClock,
+    pub governor: QuantaUpkeepClock,
+}
+
+impl CheapClocks {
+    pub fn start() -> Result<CheapClocks, String> {
+        Ok(CheapClocks {
+            funnel: RecentClock::with_interval(UPKEEP_INTERVAL)
+                .map_err(|e| format!("funnel's RecentClock: {e}"))?,
+            governor: QuantaUpkeepClock::from_interval(UPKEEP_INTERVAL)
+                .map_err(|e| format!("governor's QuantaUpkeepClock: {e}"))?,
+        })
     }
 }
 
@@ -412,6 +585,43 @@ pub fn funnel_grown_manual<K: Hash + ?Sized>(
         .clock(manual_clock())
         .build()
         .map_err(|e| format!("funnel (growable): {e}"))
+}
+
+/// funnel on `clock` (the recent policy's `RecentClock`).
+pub fn funnel_on<K: Hash + ?Sized, C: FunnelClock>(
+    q: funnel::Quota,
+    capacity: usize,
+    clock: C,
+) -> Result<Limiter<K, C>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(capacity)
+        .clock(clock)
+        .build()
+        .map_err(|e| format!("funnel: {e}"))
+}
+
+/// [`funnel_grown_real`] on `clock`.
+pub fn funnel_grown_on<K: Hash + ?Sized, C: FunnelClock>(
+    q: funnel::Quota,
+    max_capacity: usize,
+    clock: C,
+) -> Result<Limiter<K, C>, String> {
+    Limiter::<K>::builder(q)
+        .capacity(GROWN_START)
+        .max_capacity(max_capacity)
+        .huge_pages(true)
+        .clock(clock)
+        .build()
+        .map_err(|e| format!("funnel (growable): {e}"))
+}
+
+/// The `Mutex<HashMap>` funnel reading `clock`.
+pub fn mutex_on<K: Key0, C: FunnelClock>(kind: QuotaKind, clock: C) -> MutexMap<K, C> {
+    let (cap, t) = kind.mutex_map();
+    MutexMap {
+        map: MutexMapLimiter::new(cap, t),
+        clock,
+    }
 }
 
 pub fn mutex_real<K: Key0>(kind: QuotaKind) -> MutexMap<K, QuantaClock> {

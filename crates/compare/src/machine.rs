@@ -107,7 +107,14 @@ pub fn detect() -> Machine {
 /// Versions of the competitors' crates, from the repository's Cargo.lock.
 fn crate_versions() -> Vec<(String, String)> {
     let lock = read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"));
-    let wanted = ["governor", "dashmap", "quanta", "ahash", "redis"];
+    let wanted = [
+        "governor",
+        "dashmap",
+        "quanta",
+        "ahash",
+        "pingora-limits",
+        "redis",
+    ];
     let mut out = Vec::new();
     let mut name = None;
     for line in lock.lines() {

@@ -8,13 +8,18 @@
 //! keys, an allowing and a denying quota, at every thread count given. Then the Redis scripts
 //! (`redis_rows.rs` over `redis_side.rs`), over-admission, and memory per key (`memory.rs`).
 //!
+//! Then each limiter on each clock (`clocks.rs`) and pingora's sketch against an exact counter
+//! (`sketch.rs`).
+//!
 //! Output: a progress bar on stderr, a summary on stdout, and `<out>/<run id>/` with
 //! `results.csv` (one line per configuration), `runs.csv` (one per timed run), `memory.csv`,
-//! SVG charts and `summary.md` (the generated section of BENCHMARKS.md). `--help` for flags.
+//! SVG charts, `summary.md` (every table) and `latest.md` (the short report: machine, command,
+//! the main tables), which `--publish` copies to `docs/bench/latest.md`. `--help` for flags.
 
 mod attack;
 mod charts;
 mod cli;
+mod clocks;
 mod csv_out;
 mod fleet_rows;
 mod headline;
@@ -28,10 +33,12 @@ mod redis_rows;
 mod redis_side;
 mod report;
 mod runner;
+mod sketch;
 mod summary;
 mod svg;
+mod table;
 mod tables;
-mod targets;
+mod weak;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -65,10 +72,14 @@ pub struct Ctx {
     /// In-process runs kept, and runs repeated because other work held the CPUs.
     pub kept: usize,
     pub repeated: usize,
+    /// The recent policy's clocks, running for the whole run under `--clock recent`.
+    pub cheap: Option<limiters::CheapClocks>,
+    /// The clocks part: each competitor on each clock, and each clock's read.
+    pub clock_rows: Vec<clocks::ClockRow>,
+    pub clock_reads: Vec<clocks::ReadRow>,
+    /// pingora's sketch against an exact counter.
+    pub sketch: Vec<sketch::SketchRow>,
 }
-
-const BEGIN_MARK: &str = "<!-- BEGIN GENERATED: compare summary.md -->";
-const END_MARK: &str = "<!-- END GENERATED -->";
 
 fn main() -> ExitCode {
     let opts = match cli::parse() {
@@ -141,7 +152,14 @@ fn run(opts: Options) -> Result<bool, String> {
         timings: Vec::new(),
         kept: 0,
         repeated: 0,
+        cheap: None,
+        clock_rows: Vec::new(),
+        clock_reads: Vec::new(),
+        sketch: Vec::new(),
     };
+    if ctx.opts.clock == limiters::ClockPolicy::Recent {
+        ctx.cheap = Some(limiters::CheapClocks::start()?);
+    }
     ctx.progress.log(&format!(
         "compare: run {run_id} -> {}; estimated {}; clock policy {}; threads {:?}; {} runs of {:.2} s; {}, {} cores, load {}",
         dir.display(),
@@ -155,8 +173,10 @@ fn run(opts: Options) -> Result<bool, String> {
         ctx.machine.load_start
     ));
     type Part = fn(&mut Ctx) -> Result<(), String>;
-    let parts: [(&str, bool, Part); 5] = [
+    let parts: [(&str, bool, Part); 7] = [
         ("in-process workloads", true, inproc::run),
+        ("clocks", ctx.opts.wants("clocks"), clocks::run),
+        ("pingora's sketch", ctx.opts.wants("sketch"), sketch::run),
         (
             "attack mix",
             ctx.opts.wants("attack") || ctx.opts.wants("W6"),
@@ -193,11 +213,11 @@ fn run(opts: Options) -> Result<bool, String> {
     csv_out::write_results(&dir, &ctx.rows)?;
     csv_out::write_memory(&dir, &ctx)?;
     let charts = charts::charts(&ctx, &dir)?;
-    let md_local = summary::markdown(&ctx, &run_id, &charts, "");
+    let md_local = summary::markdown(&ctx, &run_id, &charts, "", false);
     report::write(&dir, "summary.md", &md_local)?;
-    // The same text with the charts under docs/bench/: what --publish pastes into BENCHMARKS.md.
-    let md_docs = summary::markdown(&ctx, &run_id, &charts, "docs/bench/");
-    report::write(&dir, "benchmarks-section.md", &md_docs)?;
+    // The short report, with the charts beside it (as they are in docs/bench/ once published).
+    let md_latest = summary::markdown(&ctx, &run_id, &charts, "", true);
+    report::write(&dir, "latest.md", &md_latest)?;
     if ctx.opts.publish {
         publish(&dir)?;
     }
@@ -219,6 +239,12 @@ fn run(opts: Options) -> Result<bool, String> {
 
 fn plan_weight(o: &Options) -> f64 {
     let mut w = inproc::plan_weight(o);
+    if o.wants("clocks") {
+        w += clocks::plan_weight(o);
+    }
+    if o.wants("sketch") {
+        w += sketch::plan_weight(o);
+    }
     if o.wants("attack") || o.wants("W6") {
         w += attack::plan_weight(o);
     }
@@ -244,7 +270,12 @@ fn sanity_checks(ctx: &mut Ctx) {
         .iter()
         .filter(|r| r.section == Section::InProc || r.section == Section::Sweep)
     {
-        if r.competitor == "funnel" || r.competitor == "governor-direct" {
+        // pingora's sketch answers approximately by design: its errors have a table of their
+        // own (`sketch.rs`).
+        if r.competitor == "funnel"
+            || r.competitor == "governor-direct"
+            || r.competitor.starts_with("pingora")
+        {
             continue;
         }
         let f = ctx.rows.iter().find(|f| {
@@ -284,9 +315,9 @@ fn sanity_checks(ctx: &mut Ctx) {
     ctx.warnings.extend(warnings);
 }
 
-/// Copies a run's charts and CSVs to docs/bench/ (the CSVs, so that every published figure can
-/// be checked against the runs it comes from) and replaces the generated section of
-/// BENCHMARKS.md with the run's `benchmarks-section.md`.
+/// Copies a run's charts, CSVs and `latest.md` to docs/bench/ (the CSVs, so that every
+/// published figure can be checked against the runs it comes from). BENCHMARKS.md links to
+/// `docs/bench/latest.md` rather than holding a copy.
 pub fn publish(dir: &Path) -> Result<(), String> {
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let charts_dir = root.join("docs/bench");
@@ -307,25 +338,13 @@ pub fn publish(dir: &Path) -> Result<(), String> {
             }
         }
     }
-    let section = dir.join("benchmarks-section.md");
-    let md = std::fs::read_to_string(&section)
-        .map_err(|e| format!("reading {}: {e}", section.display()))?;
-    let path = root.join("BENCHMARKS.md");
-    let doc =
-        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let (Some(b), Some(e)) = (doc.find(BEGIN_MARK), doc.find(END_MARK)) else {
-        return Err(format!(
-            "{} has no {BEGIN_MARK} ... {END_MARK} section",
-            path.display()
-        ));
-    };
-    let new = format!("{}{BEGIN_MARK}\n\n{md}\n{}", &doc[..b], &doc[e..]);
-    std::fs::write(&path, new).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let latest = dir.join("latest.md");
+    let to = charts_dir.join("latest.md");
+    std::fs::copy(&latest, &to).map_err(|e| format!("copying {}: {e}", latest.display()))?;
     eprintln!(
-        "published {}: {copied} charts and {tables} CSVs to {}, its summary into {}",
+        "published {}: {copied} charts, {tables} CSVs and latest.md to {}",
         dir.display(),
-        charts_dir.display(),
-        path.display()
+        charts_dir.display()
     );
     Ok(())
 }

@@ -39,7 +39,7 @@ impl Run {
 }
 
 /// This thread's time on a CPU so far, ns (the first field of /proc/thread-self/schedstat).
-fn on_cpu_ns() -> Option<u64> {
+pub fn on_cpu_ns() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     s.split_whitespace().next()?.parse().ok()
 }

@@ -1,4 +1,5 @@
-//! summary.md (the generated section of BENCHMARKS.md) and the summary printed on stdout.
+//! summary.md (every table of a run) and latest.md (the short report published under
+//! docs/bench/).
 
 use std::fmt::Write as _;
 
@@ -9,7 +10,7 @@ use crate::tables::{
     appendix_table, attack_table, churn_table, funnel_table_table, main_table, memory_table,
     over_table, prefill_table, published_table, redis_table, Table,
 };
-use crate::targets::{targets, targets_table, weak_spots};
+use crate::weak::weak_spots;
 use crate::Ctx;
 
 /// The Markdown summary; `chart_prefix` is where the charts are, relative to the document.
@@ -18,14 +19,20 @@ pub fn markdown(
     run_id: &str,
     charts: &[(String, String)],
     chart_prefix: &str,
+    short: bool,
 ) -> String {
     let o = &ctx.opts;
     let m = &ctx.machine;
     let mut s = String::new();
-    let _ = writeln!(s, "### Run `{run_id}`\n");
     let _ = writeln!(
         s,
-        "Every figure in this section comes from one invocation of:\n\n```sh\n{}\n```\n",
+        "{} Run `{run_id}`\n",
+        if short { "# Latest results:" } else { "###" }
+    );
+    let _ = writeln!(
+        s,
+        "Every figure in this {} comes from one invocation of:\n\n```sh\n{}\n```\n",
+        if short { "file" } else { "section" },
         o.command
     );
     let parts: Vec<String> = ctx
@@ -150,12 +157,38 @@ pub fn markdown(
     for f in &ctx.facts {
         let _ = writeln!(s, "* {f}");
     }
-    let _ = writeln!(s, "\n#### Targets\n");
-    s.push_str(&targets_table(&targets(ctx)).markdown());
     let _ = writeln!(s, "\n#### In process: decisions/s, median [ns per decision per thread] (funnel ÷ competitor)\n");
     s.push_str(&main_table(ctx).markdown());
+    if !ctx.clock_rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### Each limiter on each clock: ns per decision on a CPU, 1,000 `u64` keys, 1 thread, median (min–max) of alternating rounds\n\n\
+             *harness*: the harness's loop (a spawned thread walking a pre-drawn key array); \
+             *minimal*: a loop on the calling thread that draws a key below 1,000 and decides it. \
+             *real*: the TSC through quanta; *recent*: a time an upkeep thread refreshes every \
+             millisecond (funnel `RecentClock`, governor `QuantaUpkeepClock`); *manual*: a frozen \
+             counter; *handed in*: funnel's `check_at` with the time read once per 1,024 decisions. \
+             Time on a CPU is the thread's (/proc/thread-self/schedstat), so that other work on \
+             the machine lengthens the run more than the figures.\n"
+        );
+        s.push_str(&crate::clocks::decision_table(ctx).markdown());
+        let _ = writeln!(s, "\n#### A clock read alone, ns per read on a CPU\n");
+        s.push_str(&crate::clocks::read_table(ctx).markdown());
+    }
+    if !ctx.sketch.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### pingora-limits' `Rate` (a count-min sketch per interval) against an exact counter\n\n\
+             {} per key per window, {} requests per key on average, keys drawn uniformly, one \
+             window; a request is admitted while `observe(key, 1)` is within the limit. Over- \
+             and under-admission are counted per key against the exact counter.\n",
+            crate::sketch::LIMIT,
+            crate::sketch::REQUESTS_PER_KEY
+        );
+        s.push_str(&crate::sketch::table(ctx).markdown());
+    }
     let funnel_tables = funnel_table_table(ctx);
-    if !funnel_tables.rows.is_empty() {
+    if !short && !funnel_tables.rows.is_empty() {
         let _ = writeln!(
             s,
             "\n#### funnel's table in each workload (after the prefill, and after all runs of the first thread count)\n"
@@ -163,7 +196,7 @@ pub fn markdown(
         s.push_str(&funnel_tables.markdown());
     }
     let prefill = prefill_table(ctx);
-    if !prefill.rows.is_empty() {
+    if !short && !prefill.rows.is_empty() {
         let _ = writeln!(
             s,
             "\n#### First request of a key: prefill time per key per thread (key spaces ≥ 100,000; key formatting included)\n"
@@ -171,7 +204,7 @@ pub fn markdown(
         s.push_str(&prefill.markdown());
     }
     let churn = churn_table(ctx);
-    if !churn.rows.is_empty() {
+    if !short && !churn.rows.is_empty() {
         let _ = writeln!(s, "\n#### Churn: keys held at the end of one run\n");
         s.push_str(&churn.markdown());
     }
@@ -209,11 +242,13 @@ pub fn markdown(
     s.push_str(&over_table(ctx).markdown());
     let _ = writeln!(s, "\n#### Memory per key\n");
     s.push_str(&memory_table(ctx).markdown());
-    let _ = writeln!(
-        s,
-        "\n#### Published Redis and Mutex<HashMap> figures next to ours\n"
-    );
-    s.push_str(&published_table(ctx).markdown());
+    if !short {
+        let _ = writeln!(
+            s,
+            "\n#### Published Redis and Mutex<HashMap> figures next to ours\n"
+        );
+        s.push_str(&published_table(ctx).markdown());
+    }
     let _ = writeln!(s, "\n#### Where funnel is not clearly ahead in this run\n");
     let weak = weak_spots(ctx);
     if weak.is_empty() {
@@ -234,10 +269,20 @@ pub fn markdown(
             let _ = writeln!(s, "* error: {e}");
         }
     }
-    let _ = writeln!(
-        s,
-        "\n#### Appendix: every configuration, median with min–max\n"
-    );
-    s.push_str(&appendix_table(ctx).markdown());
+    if short {
+        // A document of its own: its sections one level under its title.
+        s = s.replace("\n#### ", "\n## ");
+        let _ = writeln!(
+            s,
+            "\nEvery configuration with its min and max: the run's `summary.md`; every timed run: \
+             `results.csv` and `runs.csv` beside this file."
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "\n#### Appendix: every configuration, median with min–max\n"
+        );
+        s.push_str(&appendix_table(ctx).markdown());
+    }
     s
 }

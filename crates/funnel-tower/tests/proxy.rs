@@ -527,3 +527,30 @@ async fn a_limited_key_stays_limited_across_a_sigterm_and_a_restart() {
     assert_eq!(hits(&reached), 5 + 1 + 4 + 1 + 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recent_clock_option_keeps_limits_and_rejects_bad_intervals() {
+    let (up, reached) = upstream().await;
+    let proxy = start_proxy(
+        "127.0.0.1",
+        up,
+        &["--limit", "ip=3/1h", "--recent-clock", "500us"],
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(get(&proxy, "127.0.0.5", "/", &[]).await.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(ok, 3, "{statuses:?}");
+    assert_eq!(hits(&reached), 3);
+    for bad in ["0ms", "2s", "1.5ms", "fast"] {
+        let out = Command::new(proxy_binary())
+            .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=1/1s"])
+            .args(["--recent-clock", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--recent-clock {bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--recent-clock"), "{err}");
+    }
+}

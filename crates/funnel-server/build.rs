@@ -1,0 +1,23 @@
+//! Compiles the Envoy rate-limit messages in `proto/` with protox (pure Rust, so building
+//! needs no `protoc`), generates the tonic service and client from them, and keeps the
+//! encoded descriptor set for `POST /json` (proto3's JSON mapping through prost-reflect).
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    for dir in ["proto"] {
+        println!("cargo:rerun-if-changed={dir}");
+    }
+    let set = protox::compile(files, ["proto"])?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("descriptors.bin"),
+        prost::Message::encode_to_vec(&set),
+    )?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(set)?;
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The HTTP side: `GET /healthcheck`, `GET /metrics` (Prometheus text), and `POST /json`, the
+//! same decision as gRPC with the request and response in proto3 JSON (200 when allowed, 429
+//! when over the limit, 400 for a request refused as invalid).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::decide::Decider;
+use crate::json::{request_from_json, response_to_json};
+use crate::limits::MAX_REQUEST_BYTES;
+use crate::proto::rate_limit_response::Code;
+
+/// What the routes share.
+#[derive(Clone)]
+pub struct Http {
+    /// The decisions.
+    pub decider: Arc<Decider>,
+    /// Set on SIGTERM: the health check fails so that load balancers stop sending.
+    pub draining: Arc<AtomicBool>,
+}
+
+/// The router.
+pub fn router(state: Http) -> Router {
+    Router::new()
+        .route("/healthcheck", get(health))
+        .route("/metrics", get(metrics))
+        .route("/json", post(json))
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .with_state(state)
+}
+
+async fn health(State(s): State<Http>) -> Response {
+    // Acquire: pairs with the Release store of the shutdown path.
+    if s.draining.load(Ordering::Acquire) {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else {
+        (StatusCode::OK, "OK\n").into_response()
+    }
+}
+
+async fn metrics(State(s): State<Http>) -> Response {
+    let rules = s.decider.rules.load();
+    let body = crate::metrics::render(&s.decider.stats, &rules);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn json(State(s): State<Http>, body: Bytes) -> Response {
+    let req = match request_from_json(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    match s.decider.decide(&req).await {
+        Ok(r) => {
+            let code = if r.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (code, [(header::CONTENT_TYPE, "application/json")], response_to_json(&r)).into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    }
+}

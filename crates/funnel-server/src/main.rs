@@ -1,0 +1,100 @@
+//! `funnel-server`: Envoy's rate-limit service on funnel. See the crate's README.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use funnel_server::rules::RedisSettings;
+use funnel_server::server::{run, Options};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OnRedisFailure {
+    /// Allow while Redis cannot answer.
+    Open,
+    /// Deny while Redis cannot answer.
+    Closed,
+    /// Decide locally on the quota divided by --fleet-size.
+    Local,
+}
+
+/// Envoy's rate-limit service (envoy.service.ratelimit.v3) on funnel.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// A YAML configuration file, or a directory of them (envoyproxy/ratelimit's format).
+    #[arg(long)]
+    config: PathBuf,
+    /// The gRPC address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    grpc: SocketAddr,
+    /// The HTTP address (/healthcheck, /metrics, POST /json).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// Count in Redis, shared by every instance pointed at it (redis://host:port/).
+    #[arg(long)]
+    redis: Option<String>,
+    /// What to answer when Redis cannot decide.
+    #[arg(long, value_enum, default_value = "closed")]
+    on_redis_failure: OnRedisFailure,
+    /// Instances sharing the limits, for --on-redis-failure local.
+    #[arg(long, default_value_t = 1)]
+    fleet_size: u32,
+    /// Keys held in the local deny cache of each rule with --redis (0: no cache).
+    #[arg(long, default_value_t = 100_000)]
+    deny_cache: usize,
+    /// The most keys one rule's table holds (the least indebted is evicted beyond).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_keys: usize,
+    /// Add the IETF RateLimit-Policy and RateLimit fields to response_headers_to_add.
+    #[arg(long)]
+    response_headers: bool,
+    /// Do not watch the configuration for changes.
+    #[arg(long)]
+    no_watch: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let on_failure = match args.on_redis_failure {
+        OnRedisFailure::Open => funnel_redis::OnFailure::Open,
+        OnRedisFailure::Closed => funnel_redis::OnFailure::Closed,
+        OnRedisFailure::Local => funnel_redis::OnFailure::Local {
+            instances: args.fleet_size.max(1),
+        },
+    };
+    let opts = Options {
+        config: args.config,
+        grpc: args.grpc,
+        http: Some(args.http),
+        redis: args.redis.map(|url| RedisSettings {
+            url,
+            on_failure,
+            deny_cache: args.deny_cache,
+        }),
+        max_keys: args.max_keys.max(1),
+        response_headers: args.response_headers,
+        watch: !args.no_watch,
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("funnel-server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("funnel-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The Envoy v3 messages and the `RateLimitService` server and client, generated at build time
+//! from `proto/` (see `build.rs`).
+
+#![allow(missing_docs, clippy::all, clippy::pedantic)]
+
+/// `envoy.*` packages, nested as the protobuf packages are.
+pub mod envoy {
+    pub mod config {
+        pub mod core {
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+    pub mod extensions {
+        pub mod common {
+            pub mod ratelimit {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+    pub mod r#type {
+        pub mod v3 {
+            tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
+    pub mod service {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+}
+
+/// The encoded `FileDescriptorSet` of `proto/`, for proto3 JSON (`POST /json`).
+pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
+
+pub use envoy::config::core::v3::HeaderValue;
+pub use envoy::extensions::common::ratelimit::v3::{rate_limit_descriptor, RateLimitDescriptor};
+pub use envoy::r#type::v3::RateLimitUnit;
+pub use envoy::service::ratelimit::v3::{
+    rate_limit_response, rate_limit_service_client, rate_limit_service_server, RateLimitRequest,
+    RateLimitResponse,
+};

@@ -1,0 +1,87 @@
+//! Live reload: the configuration's file or directory is watched (`notify`); on a change it
+//! is read and compiled again and swapped in whole, while requests keep flowing on the old
+//! one until the swap. A configuration that fails to load is logged and counted
+//! (`ratelimit_service_config_load_error`) and the one in force stays.
+//!
+//! The watch is on the directory (the file's own directory for a file), so an editor's
+//! rename-over-the-file and Kubernetes' swap of a ConfigMap's `..data` symlink are both seen.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::decide::Decider;
+
+/// Changes closer together than this are read as one.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// Loads `path` again and swaps it in; on failure the configuration in force stays.
+pub async fn reload(decider: &Decider, path: &Path) -> Result<(), String> {
+    let result = match Config::load(path) {
+        Ok(config) => decider.registry.compile(&config).await,
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(rules) => {
+            decider.rules.store(Arc::new(rules));
+            decider.stats.config_load_success.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(path = %path.display(), "configuration reloaded");
+            Ok(())
+        }
+        Err(e) => {
+            decider.stats.config_load_error.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, "configuration rejected; the previous one stays in force");
+            Err(e)
+        }
+    }
+}
+
+/// Watches `path` and reloads on every change, until the returned watcher is dropped.
+pub fn watch(decider: Arc<Decider>, path: PathBuf) -> Result<notify::RecommendedWatcher, String> {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let is_dir = path.is_dir();
+    let file_name = path.file_name().map(|n| n.to_os_string());
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(e) = event {
+            let relevant = e.paths.iter().any(|p| {
+                let Some(name) = p.file_name() else { return false };
+                let n = name.to_string_lossy();
+                // `..data` and its timestamped targets: a Kubernetes ConfigMap's swap.
+                let swapped = n.starts_with("..");
+                if is_dir {
+                    swapped || n.ends_with(".yaml") || n.ends_with(".yml")
+                } else {
+                    swapped || Some(name) == file_name.as_deref()
+                }
+            });
+            if relevant && !e.kind.is_access() {
+                // A full channel already holds a pending reload.
+                let _ = tx.try_send(());
+            }
+        }
+    })
+    .map_err(|e| format!("cannot watch the configuration: {e}"))?;
+    let dir = if path.is_dir() {
+        path.clone()
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    };
+    watcher
+        .watch(&dir, RecursiveMode::NonRecursive)
+        .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+    tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            tokio::time::sleep(SETTLE).await;
+            while rx.try_recv().is_ok() {}
+            let _ = reload(&decider, &path).await;
+        }
+    });
+    Ok(watcher)
+}

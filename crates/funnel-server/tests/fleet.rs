@@ -1,0 +1,49 @@
+//! Fleet mode: two server processes on one real `redis-server` (started here on a free
+//! loopback port, no persistence) share each limit exactly.
+
+mod common;
+
+use common::*;
+use funnel_testkit::redis_server::RedisServer;
+
+const CONFIG: &str = "domain: fleet\ndescriptors:\n  - key: client\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n";
+
+#[tokio::test]
+async fn two_instances_on_one_redis_admit_exactly_the_limit_together() {
+    let redis = RedisServer::start().expect("redis-server starts (apt-get install redis-server)");
+    let dir = scratch("fleet");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let url = redis.url();
+    let a = Server::start(&path, &["--no-watch", "--redis", &url]);
+    let b = Server::start(&path, &["--no-watch", "--redis", &url, "--deny-cache", "0"]);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    for key in ["k1", "k2"] {
+        let d = desc(&[("client", key)]);
+        let mut ok = 0;
+        for i in 0..40 {
+            let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+            if call(c, req("fleet", vec![d.clone()])).await.overall_code == OK {
+                ok += 1;
+            }
+        }
+        assert_eq!(ok, 10, "{key}: the two instances admitted {ok} of a limit of 10");
+    }
+    // Both went to Redis; the instance with a deny cache answered some denials itself.
+    assert!(a.metric("funnel_server_redis_round_trips_total") > 0);
+    assert!(b.metric("funnel_server_redis_round_trips_total") >= 20);
+    assert!(a.metric("funnel_server_redis_deny_cache_answers_total") > 0);
+    assert_eq!(b.metric("funnel_server_redis_deny_cache_answers_total"), 0);
+}
+
+#[test]
+fn window_rules_are_refused_in_fleet_mode() {
+    let redis = RedisServer::start().expect("redis-server starts");
+    let dir = scratch("fleet-window");
+    let path = write_config(
+        &dir,
+        "w.yaml",
+        "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: fixed_window}\n",
+    );
+    let e = Server::try_start(&path, &["--no-watch", "--redis", &redis.url()]).err().expect("refused");
+    assert!(e.contains("not available with --redis"), "{e}");
+}

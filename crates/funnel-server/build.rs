@@ -6,9 +6,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["proto/envoy/service/ratelimit/v3/rls.proto"];
-    for dir in ["proto"] {
-        println!("cargo:rerun-if-changed={dir}");
-    }
+    println!("cargo:rerun-if-changed=proto");
     let set = protox::compile(files, ["proto"])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(

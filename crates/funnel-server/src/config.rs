@@ -317,13 +317,19 @@ fn collect_names<'a>(list: &'a [Descriptor], names: &mut HashSet<&'a str>) {
     }
 }
 
-fn check_replaces(p: &Parser<'_>, list: &[Descriptor], names: &HashSet<&str>) -> Result<(), ConfigError> {
+fn check_replaces(
+    p: &Parser<'_>,
+    list: &[Descriptor],
+    names: &HashSet<&str>,
+) -> Result<(), ConfigError> {
     for d in list {
         for r in &d.replaces {
             if !names.contains(r.as_str()) {
                 return Err(p.line(
                     d.line,
-                    format!("`replaces` names {r:?}, which is the name of no rate_limit in this domain"),
+                    format!(
+                        "`replaces` names {r:?}, which is the name of no rate_limit in this domain"
+                    ),
                 ));
             }
         }
@@ -369,7 +375,11 @@ impl Parser<'_> {
         self.line(line, message)
     }
 
-    fn mapping<'n>(&self, node: &'n Node, what: &str) -> Result<&'n MarkedMappingNode, ConfigError> {
+    fn mapping<'n>(
+        &self,
+        node: &'n Node,
+        what: &str,
+    ) -> Result<&'n MarkedMappingNode, ConfigError> {
         node.as_mapping()
             .ok_or_else(|| self.at(node.span(), format!("{what} must be a mapping")))
     }
@@ -385,7 +395,11 @@ impl Parser<'_> {
             if !allowed.contains(&key.as_str()) {
                 return Err(self.at(
                     key.span(),
-                    format!("unknown field `{}` (expected one of: {})", key.as_str(), allowed.join(", ")),
+                    format!(
+                        "unknown field `{}` (expected one of: {})",
+                        key.as_str(),
+                        allowed.join(", ")
+                    ),
                 ));
             }
         }
@@ -402,9 +416,10 @@ impl Parser<'_> {
     fn bool(&self, map: &MarkedMappingNode, field: &str) -> Result<bool, ConfigError> {
         match map.get_node(field) {
             None => Ok(false),
-            Some(n) => self.scalar(n, field)?.as_bool().ok_or_else(|| {
-                self.at(n.span(), format!("`{field}` must be true or false"))
-            }),
+            Some(n) => self
+                .scalar(n, field)?
+                .as_bool()
+                .ok_or_else(|| self.at(n.span(), format!("`{field}` must be true or false"))),
         }
     }
 
@@ -412,7 +427,10 @@ impl Parser<'_> {
         match map.get_node(field) {
             None => Ok(None),
             Some(n) => self.scalar(n, field)?.as_u32().map(Some).ok_or_else(|| {
-                self.at(n.span(), format!("`{field}` must be a whole number from 0 to {}", u32::MAX))
+                self.at(
+                    n.span(),
+                    format!("`{field}` must be a whole number from 0 to {}", u32::MAX),
+                )
             }),
         }
     }
@@ -422,14 +440,25 @@ impl Parser<'_> {
         Algorithm::parse(s.as_str()).ok_or_else(|| {
             self.at(
                 node.span(),
-                format!("unknown algorithm {:?} (expected gcra, fixed_window or sliding_window)", s.as_str()),
+                format!(
+                    "unknown algorithm {:?} (expected gcra, fixed_window or sliding_window)",
+                    s.as_str()
+                ),
             )
         })
     }
 
-    fn descriptors(&self, node: &Node, algorithm: Algorithm, depth: usize) -> Result<Vec<Descriptor>, ConfigError> {
+    fn descriptors(
+        &self,
+        node: &Node,
+        algorithm: Algorithm,
+        depth: usize,
+    ) -> Result<Vec<Descriptor>, ConfigError> {
         if depth > MAX_DEPTH {
-            return Err(self.at(node.span(), format!("descriptors nest deeper than {MAX_DEPTH} levels")));
+            return Err(self.at(
+                node.span(),
+                format!("descriptors nest deeper than {MAX_DEPTH} levels"),
+            ));
         }
         let seq = node
             .as_sequence()
@@ -444,18 +473,34 @@ impl Parser<'_> {
                     Some(v) => format!("key {:?} with value {:?}", d.key, v),
                     None => format!("key {:?} without a value", d.key),
                 };
-                return Err(self.line(d.line, format!("duplicate descriptor: {what} is already defined on line {first}")));
+                return Err(self.line(
+                    d.line,
+                    format!("duplicate descriptor: {what} is already defined on line {first}"),
+                ));
             }
             out.push(d);
         }
         Ok(out)
     }
 
-    fn descriptor(&self, node: &Node, algorithm: Algorithm, depth: usize) -> Result<Descriptor, ConfigError> {
+    fn descriptor(
+        &self,
+        node: &Node,
+        algorithm: Algorithm,
+        depth: usize,
+    ) -> Result<Descriptor, ConfigError> {
         let map = self.mapping(node, "a descriptor")?;
         self.only(
             map,
-            &["key", "value", "rate_limit", "shadow_mode", "detailed_metric", "replaces", "descriptors"],
+            &[
+                "key",
+                "value",
+                "rate_limit",
+                "shadow_mode",
+                "detailed_metric",
+                "replaces",
+                "descriptors",
+            ],
         )?;
         let line = line_of(map.span());
         let key = self.required_str(map, "key")?;
@@ -505,7 +550,14 @@ impl Parser<'_> {
         let map = self.mapping(node, "`rate_limit`")?;
         self.only(
             map,
-            &["unit", "requests_per_unit", "unlimited", "name", "burst", "algorithm"],
+            &[
+                "unit",
+                "requests_per_unit",
+                "unlimited",
+                "name",
+                "burst",
+                "algorithm",
+            ],
         )?;
         let unlimited = self.bool(map, "unlimited")?;
         let unit = match map.get_node("unit") {
@@ -537,13 +589,18 @@ impl Parser<'_> {
         if let Some(b) = burst {
             let n = map.get_node("burst").map_or(0, |n| line_of(n.span()));
             if algorithm != Algorithm::Gcra {
-                return Err(self.line(n, format!("`burst` applies to gcra only, not {}", algorithm.name())));
+                return Err(self.line(
+                    n,
+                    format!("`burst` applies to gcra only, not {}", algorithm.name()),
+                ));
             }
             if b == 0 && requests_per_unit > 0 {
                 return Err(self.line(n, "`burst` must be at least 1".into()));
             }
         }
-        if algorithm != Algorithm::Gcra && u64::from(requests_per_unit) > crate::limits::MAX_WINDOW_LIMIT {
+        if algorithm != Algorithm::Gcra
+            && u64::from(requests_per_unit) > crate::limits::MAX_WINDOW_LIMIT
+        {
             return Err(self.at(
                 map.span(),
                 format!(
@@ -584,7 +641,10 @@ mod tests {
         .unwrap();
         assert_eq!(d.domain, "mongo_cps");
         assert_eq!(d.descriptors.len(), 2);
-        assert_eq!(d.descriptors[1].rate_limit.as_ref().unwrap().unit, Unit::Second);
+        assert_eq!(
+            d.descriptors[1].rate_limit.as_ref().unwrap().unit,
+            Unit::Second
+        );
         assert_eq!(d.descriptors[1].line, 8);
     }
 
@@ -598,12 +658,18 @@ mod tests {
     #[test]
     fn a_bad_unit_names_its_line() {
         let e = parse("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n").unwrap_err();
-        assert_eq!((e.line, e.to_string().contains("t.yaml:5")), (5, true), "{e}");
+        assert_eq!(
+            (e.line, e.to_string().contains("t.yaml:5")),
+            (5, true),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_duplicate_key_names_its_line() {
-        let e = parse("domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n").unwrap_err();
+        let e =
+            parse("domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n")
+                .unwrap_err();
         assert_eq!(e.line, 5, "{e}");
         assert!(e.message.contains("duplicate"), "{e}");
         // The same key with and without a value is two rules, as in envoyproxy/ratelimit.

@@ -22,7 +22,9 @@ use crate::config::Unit;
 use crate::limits::*;
 use crate::metrics::{Hit, ServerStats};
 use crate::proto::rate_limit_descriptor::Entry as ProtoEntry;
-use crate::proto::rate_limit_response::{rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit as ProtoLimit};
+use crate::proto::rate_limit_response::{
+    rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit as ProtoLimit,
+};
 use crate::proto::{HeaderValue, RateLimitRequest, RateLimitResponse};
 use crate::rules::{Kind, Registry, Rule, Rules};
 use crate::store::{gcra_quota, until_reset, Entry, Table};
@@ -56,35 +58,50 @@ pub fn validate(req: &RateLimitRequest) -> Result<(), Invalid> {
         return bad("the domain is empty".into());
     }
     if req.domain.len() > MAX_DOMAIN_BYTES {
-        return bad(format!("the domain is longer than {MAX_DOMAIN_BYTES} bytes"));
+        return bad(format!(
+            "the domain is longer than {MAX_DOMAIN_BYTES} bytes"
+        ));
     }
     if req.descriptors.is_empty() {
         return bad("the request has no descriptors".into());
     }
     if req.descriptors.len() > MAX_DESCRIPTORS {
-        return bad(format!("{} descriptors; at most {MAX_DESCRIPTORS}", req.descriptors.len()));
+        return bad(format!(
+            "{} descriptors; at most {MAX_DESCRIPTORS}",
+            req.descriptors.len()
+        ));
     }
     for (i, d) in req.descriptors.iter().enumerate() {
         if d.entries.is_empty() {
             return bad(format!("descriptor {i} has no entries"));
         }
         if d.entries.len() > MAX_ENTRIES {
-            return bad(format!("descriptor {i} has {} entries; at most {MAX_ENTRIES}", d.entries.len()));
+            return bad(format!(
+                "descriptor {i} has {} entries; at most {MAX_ENTRIES}",
+                d.entries.len()
+            ));
         }
         for e in &d.entries {
             if e.key.is_empty() {
                 return bad(format!("descriptor {i} has an entry with an empty key"));
             }
             if e.key.len() > MAX_ENTRY_BYTES || e.value.len() > MAX_ENTRY_BYTES {
-                return bad(format!("descriptor {i} has a key or value longer than {MAX_ENTRY_BYTES} bytes"));
+                return bad(format!(
+                    "descriptor {i} has a key or value longer than {MAX_ENTRY_BYTES} bytes"
+                ));
             }
         }
         if let Some(l) = &d.limit {
             if Unit::from_envoy_number(l.unit).is_none() {
-                return bad(format!("descriptor {i}'s limit has no valid unit ({})", l.unit));
+                return bad(format!(
+                    "descriptor {i}'s limit has no valid unit ({})",
+                    l.unit
+                ));
             }
             if l.requests_per_unit > MAX_OVERRIDE {
-                return bad(format!("descriptor {i}'s limit exceeds {MAX_OVERRIDE} requests per unit"));
+                return bad(format!(
+                    "descriptor {i}'s limit exceeds {MAX_OVERRIDE} requests per unit"
+                ));
             }
         }
     }
@@ -94,7 +111,9 @@ pub fn validate(req: &RateLimitRequest) -> Result<(), Invalid> {
 /// The table key of a descriptor: its values, each prefixed with its length (so no two
 /// lists of values share a key).
 fn table_key(entries: &[ProtoEntry], prefix: &str) -> String {
-    let mut k = String::with_capacity(prefix.len() + entries.iter().map(|e| e.value.len() + 4).sum::<usize>());
+    let mut k = String::with_capacity(
+        prefix.len() + entries.iter().map(|e| e.value.len() + 4).sum::<usize>(),
+    );
     k.push_str(prefix);
     for e in entries {
         k.push_str(&e.value.len().to_string());
@@ -106,7 +125,10 @@ fn table_key(entries: &[ProtoEntry], prefix: &str) -> String {
 
 /// The matched values as envoyproxy/ratelimit's detailed metrics write them.
 fn detailed_value(entries: &[ProtoEntry]) -> String {
-    let parts: Vec<String> = entries.iter().map(|e| format!("{}_{}", e.key, e.value)).collect();
+    let parts: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{}_{}", e.key, e.value))
+        .collect();
     parts.join(".")
 }
 
@@ -253,7 +275,12 @@ impl Decider {
                 plans.push(Plan::Nothing);
                 continue;
             };
-            if rule.limit.name.as_deref().is_some_and(|name| replaced.contains(&name)) {
+            if rule
+                .limit
+                .name
+                .as_deref()
+                .is_some_and(|name| replaced.contains(&name))
+            {
                 plans.push(Plan::Nothing);
                 continue;
             }
@@ -353,7 +380,10 @@ impl Decider {
             for (i, e) in &local {
                 if out[*i].is_none() {
                     let asked = e.estimate(now);
-                    out[*i] = Some(Outcome::uncharged(&asked, &e.table.estimate(e.key, 0, now, e.quota)));
+                    out[*i] = Some(Outcome::uncharged(
+                        &asked,
+                        &e.table.estimate(e.key, 0, now, e.quota),
+                    ));
                 }
             }
         }
@@ -388,7 +418,10 @@ impl Decider {
                     } else if c.shadow && admitted && c.n > 0 {
                         Outcome::of(&e.charge(now))
                     } else {
-                        Outcome::uncharged(&e.estimate(now), &table.estimate(&c.key, 0, now, c.quota))
+                        Outcome::uncharged(
+                            &e.estimate(now),
+                            &table.estimate(&c.key, 0, now, c.quota),
+                        )
                     }
                 }
                 Where::Redis(r) => {
@@ -457,7 +490,11 @@ impl Decider {
         let mut response_headers_to_add = Vec::new();
         if self.response_headers {
             if let Some((s, o)) = closest {
-                let name = if s.name.is_empty() { "limit" } else { s.name.as_str() };
+                let name = if s.name.is_empty() {
+                    "limit"
+                } else {
+                    s.name.as_str()
+                };
                 let name = name.replace(['"', '\\'], "");
                 let window = s.unit.duration().as_secs();
                 let t = o.reset.as_secs() + u64::from(o.reset.subsec_nanos() > 0);

@@ -23,7 +23,10 @@ impl Service {
 
 #[tonic::async_trait]
 impl RateLimitService for Service {
-    async fn should_rate_limit(&self, request: Request<RateLimitRequest>) -> Result<Response<RateLimitResponse>, Status> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
         match self.decider.decide(request.get_ref()).await {
             Ok(r) => Ok(Response::new(r)),
             Err(e) => Err(Status::invalid_argument(e.0)),

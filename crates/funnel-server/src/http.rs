@@ -63,7 +63,12 @@ async fn json(State(s): State<Http>, body: Bytes) -> Response {
             } else {
                 StatusCode::OK
             };
-            (code, [(header::CONTENT_TYPE, "application/json")], response_to_json(&r)).into_response()
+            (
+                code,
+                [(header::CONTENT_TYPE, "application/json")],
+                response_to_json(&r),
+            )
+                .into_response()
         }
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }

@@ -11,18 +11,23 @@ use crate::proto::{RateLimitRequest, RateLimitResponse, DESCRIPTORS};
 
 fn message(name: &str) -> MessageDescriptor {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTORS).expect("the build wrote a valid descriptor set"))
-        .get_message_by_name(name)
-        .expect("the descriptor set holds the rate-limit messages")
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(DESCRIPTORS).expect("the build wrote a valid descriptor set")
+    })
+    .get_message_by_name(name)
+    .expect("the descriptor set holds the rate-limit messages")
 }
 
 /// A request from its proto3 JSON.
 pub fn request_from_json(body: &[u8]) -> Result<RateLimitRequest, String> {
     let desc = message("envoy.service.ratelimit.v3.RateLimitRequest");
     let mut de = serde_json::Deserializer::from_slice(body);
-    let msg = DynamicMessage::deserialize(desc, &mut de).map_err(|e| format!("not a RateLimitRequest in proto3 JSON: {e}"))?;
-    de.end().map_err(|e| format!("trailing data after the request: {e}"))?;
-    msg.transcode_to::<RateLimitRequest>().map_err(|e| e.to_string())
+    let msg = DynamicMessage::deserialize(desc, &mut de)
+        .map_err(|e| format!("not a RateLimitRequest in proto3 JSON: {e}"))?;
+    de.end()
+        .map_err(|e| format!("trailing data after the request: {e}"))?;
+    msg.transcode_to::<RateLimitRequest>()
+        .map_err(|e| e.to_string())
 }
 
 /// A response as proto3 JSON.

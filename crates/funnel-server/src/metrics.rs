@@ -101,7 +101,9 @@ pub struct ServerStats {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// The Prometheus text exposition of everything.
@@ -109,9 +111,18 @@ pub fn render(server: &ServerStats, rules: &Rules) -> String {
     let mut out = String::new();
     let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
     for (name, v) in [
-        ("ratelimit_service_config_load_success", &server.config_load_success),
-        ("ratelimit_service_config_load_error", &server.config_load_error),
-        ("funnel_server_invalid_requests_total", &server.invalid_requests),
+        (
+            "ratelimit_service_config_load_success",
+            &server.config_load_success,
+        ),
+        (
+            "ratelimit_service_config_load_error",
+            &server.config_load_error,
+        ),
+        (
+            "funnel_server_invalid_requests_total",
+            &server.invalid_requests,
+        ),
         ("funnel_server_requests_total", &server.requests),
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", g(v));
@@ -137,7 +148,11 @@ pub fn render(server: &ServerStats, rules: &Rules) -> String {
         for (domain, d) in &domains {
             for r in d.rules() {
                 let labels = format!("domain=\"{}\",key=\"{}\"", esc(domain), esc(&r.stat_key));
-                let _ = writeln!(out, "ratelimit_service_rate_limit_{stat}{{{labels}}} {}", pick(&r.stats.total, i));
+                let _ = writeln!(
+                    out,
+                    "ratelimit_service_rate_limit_{stat}{{{labels}}} {}",
+                    pick(&r.stats.total, i)
+                );
                 if r.detailed_metric {
                     let map = r.stats.detailed.lock().unwrap_or_else(|e| e.into_inner());
                     let mut values: Vec<_> = map.iter().collect();
@@ -167,10 +182,17 @@ pub fn render(server: &ServerStats, rules: &Rules) -> String {
                     let s = t.stats();
                     let v = match name {
                         "funnel_server_table_keys" => s.keys as u64,
-                        "funnel_server_table_evictions_total" => s.recovered_evictions + s.forced_evictions,
+                        "funnel_server_table_evictions_total" => {
+                            s.recovered_evictions + s.forced_evictions
+                        }
                         _ => t.max_keys() as u64,
                     };
-                    let _ = writeln!(out, "{name}{{domain=\"{}\",key=\"{}\"}} {v}", esc(domain), esc(&r.stat_key));
+                    let _ = writeln!(
+                        out,
+                        "{name}{{domain=\"{}\",key=\"{}\"}} {v}",
+                        esc(domain),
+                        esc(&r.stat_key)
+                    );
                 }
             }
             let s = d.overrides.stats();
@@ -179,7 +201,11 @@ pub fn render(server: &ServerStats, rules: &Rules) -> String {
                 "funnel_server_table_evictions_total" => s.recovered_evictions + s.forced_evictions,
                 _ => d.overrides.max_keys() as u64,
             };
-            let _ = writeln!(out, "{name}{{domain=\"{}\",key=\"(override)\"}} {v}", esc(domain));
+            let _ = writeln!(
+                out,
+                "{name}{{domain=\"{}\",key=\"(override)\"}} {v}",
+                esc(domain)
+            );
         }
     }
     crate::fleet::render(&mut out, rules);

@@ -29,12 +29,18 @@ pub async fn reload(decider: &Decider, path: &Path) -> Result<(), String> {
     match result {
         Ok(rules) => {
             decider.rules.store(Arc::new(rules));
-            decider.stats.config_load_success.fetch_add(1, Ordering::Relaxed);
+            decider
+                .stats
+                .config_load_success
+                .fetch_add(1, Ordering::Relaxed);
             tracing::info!(path = %path.display(), "configuration reloaded");
             Ok(())
         }
         Err(e) => {
-            decider.stats.config_load_error.fetch_add(1, Ordering::Relaxed);
+            decider
+                .stats
+                .config_load_error
+                .fetch_add(1, Ordering::Relaxed);
             tracing::error!(error = %e, "configuration rejected; the previous one stays in force");
             Err(e)
         }
@@ -49,7 +55,9 @@ pub fn watch(decider: Arc<Decider>, path: PathBuf) -> Result<notify::Recommended
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(e) = event {
             let relevant = e.paths.iter().any(|p| {
-                let Some(name) = p.file_name() else { return false };
+                let Some(name) = p.file_name() else {
+                    return false;
+                };
                 let n = name.to_string_lossy();
                 // `..data` and its timestamped targets: a Kubernetes ConfigMap's swap.
                 let swapped = n.starts_with("..");

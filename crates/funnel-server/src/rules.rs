@@ -75,7 +75,10 @@ pub struct DomainRules {
 
 impl DomainRules {
     /// The rule for a descriptor's entries, as `(key, value)` pairs.
-    pub fn find<'a>(&self, entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>) -> Option<&Arc<Rule>> {
+    pub fn find<'a>(
+        &self,
+        entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<&Arc<Rule>> {
         let last = entries.len().checked_sub(1)?;
         let mut level = &self.root;
         for (i, (key, value)) in entries.enumerate() {
@@ -215,7 +218,12 @@ impl Registry {
     }
 
     fn override_table(&self, domain: &str) -> Result<Arc<Table>, String> {
-        if let Some(t) = self.overrides.lock().unwrap_or_else(|e| e.into_inner()).get(domain) {
+        if let Some(t) = self
+            .overrides
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(domain)
+        {
             return Ok(t.clone());
         }
         // The table's own quota is never used: every override entry brings its quota.
@@ -230,14 +238,23 @@ impl Registry {
     }
 
     async fn counts(&self, id: &Identity, limit: &RateLimit) -> Result<Counts, String> {
-        if let Some(c) = self.counts.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+        if let Some(c) = self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+        {
             return Ok(match c {
                 Counts::Local(t) => Counts::Local(t.clone()),
                 Counts::Redis(r) => Counts::Redis(r.clone()),
             });
         }
         match &self.redis {
-            None => Ok(Counts::Local(Arc::new(Table::build(limit, self.max_keys, self.clock)?))),
+            None => Ok(Counts::Local(Arc::new(Table::build(
+                limit,
+                self.max_keys,
+                self.clock,
+            )?))),
             Some(r) => {
                 if limit.algorithm != Algorithm::Gcra {
                     return Err(format!(
@@ -294,17 +311,27 @@ impl TreeBuilder<'_> {
             };
             let rule = match &d.rate_limit {
                 None => None,
-                Some(limit) => Some(Arc::new(self.rule(d, limit, &path).await.map_err(|e| format!("line {}: {e}", d.line))?)),
+                Some(limit) => Some(Arc::new(
+                    self.rule(d, limit, &path)
+                        .await
+                        .map_err(|e| format!("line {}: {e}", d.line))?,
+                )),
             };
             let children = Box::pin(self.level(&d.descriptors, &path)).await?;
             let idx = self.nodes.len();
             self.nodes.push(Node { rule, children });
             match &d.value {
                 Some(v) if v.ends_with('*') => {
-                    level.prefix.push((d.key.clone(), v[..v.len() - 1].to_owned(), idx));
+                    level
+                        .prefix
+                        .push((d.key.clone(), v[..v.len() - 1].to_owned(), idx));
                 }
                 Some(v) => {
-                    level.exact.entry(d.key.clone()).or_default().insert(v.clone(), idx);
+                    level
+                        .exact
+                        .entry(d.key.clone())
+                        .or_default()
+                        .insert(v.clone(), idx);
                 }
                 None => {
                     level.any.insert(d.key.clone(), idx);
@@ -314,7 +341,12 @@ impl TreeBuilder<'_> {
         Ok(level)
     }
 
-    async fn rule(&mut self, d: &Descriptor, limit: &RateLimit, path: &str) -> Result<Rule, String> {
+    async fn rule(
+        &mut self,
+        d: &Descriptor,
+        limit: &RateLimit,
+        path: &str,
+    ) -> Result<Rule, String> {
         let kind = if limit.unlimited {
             Kind::Unlimited
         } else if limit.requests_per_unit == 0 {

@@ -43,7 +43,10 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let registry = Registry::new(UnixClock::new(), opts.max_keys, opts.redis.clone());
     let rules = registry.compile(&config).await?;
     let decider = Arc::new(Decider::new(rules, registry, opts.response_headers));
-    decider.stats.config_load_success.fetch_add(1, Ordering::Relaxed);
+    decider
+        .stats
+        .config_load_success
+        .fetch_add(1, Ordering::Relaxed);
     let _watcher = if opts.watch {
         Some(crate::reload::watch(decider.clone(), opts.config.clone())?)
     } else {
@@ -55,7 +58,11 @@ pub async fn run(opts: Options) -> Result<(), String> {
         .map_err(|e| format!("cannot bind gRPC to {}: {e}", opts.grpc))?;
     let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
     let http = match opts.http {
-        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| format!("cannot bind HTTP to {a}: {e}"))?),
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("cannot bind HTTP to {a}: {e}"))?,
+        ),
         None => None,
     };
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
@@ -63,7 +70,9 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let draining = Arc::new(AtomicBool::new(false));
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<RateLimitServiceServer<Service>>().await;
+    health
+        .set_serving::<RateLimitServiceServer<Service>>()
+        .await;
 
     let service = RateLimitServiceServer::new(Service::new(decider.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -103,7 +112,9 @@ pub async fn run(opts: Options) -> Result<(), String> {
     tracing::info!("shutting down: draining in-flight calls");
     // Release: the health check's Acquire load sees the drain.
     draining.store(true, Ordering::Release);
-    health.set_not_serving::<RateLimitServiceServer<Service>>().await;
+    health
+        .set_not_serving::<RateLimitServiceServer<Service>>()
+        .await;
     let _ = stop_tx.send(true);
     match grpc_task.await {
         Ok(Ok(())) => {}
@@ -123,7 +134,10 @@ pub async fn run(opts: Options) -> Result<(), String> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}

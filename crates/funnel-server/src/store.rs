@@ -50,7 +50,8 @@ impl Table {
         let rpu = limit.requests_per_unit;
         Ok(match limit.algorithm {
             Algorithm::Gcra => {
-                let q = gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu)).map_err(|e| e.to_string())?;
+                let q = gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu))
+                    .map_err(|e| e.to_string())?;
                 Table::Gcra(
                     Limiter::<str>::builder(q)
                         .capacity(start)
@@ -61,7 +62,8 @@ impl Table {
                 )
             }
             Algorithm::FixedWindow => {
-                let q = FixedWindowQuota::new(u64::from(rpu), limit.unit.duration()).map_err(|e| e.to_string())?;
+                let q = FixedWindowQuota::new(u64::from(rpu), limit.unit.duration())
+                    .map_err(|e| e.to_string())?;
                 Table::Fixed(
                     Limiter::<str, _, _>::fixed_window(q)
                         .capacity(start)
@@ -72,7 +74,8 @@ impl Table {
                 )
             }
             Algorithm::SlidingWindow => {
-                let q = SlidingWindowQuota::new(u64::from(rpu), limit.unit.duration()).map_err(|e| e.to_string())?;
+                let q = SlidingWindowQuota::new(u64::from(rpu), limit.unit.duration())
+                    .map_err(|e| e.to_string())?;
                 Table::Sliding(
                     Limiter::<str, _, _>::sliding_window(q)
                         .capacity(start)
@@ -111,7 +114,10 @@ impl Table {
     /// What `n` units for `key` would get at `now`, charging nothing.
     pub fn estimate(&self, key: &str, n: u64, now: Timestamp, quota: Option<Quota>) -> Decision {
         match self {
-            Table::Gcra(t) => t.cost(key, n).with_quota(quota.unwrap_or(*t.quota())).estimate(now),
+            Table::Gcra(t) => t
+                .cost(key, n)
+                .with_quota(quota.unwrap_or(*t.quota()))
+                .estimate(now),
             Table::Fixed(t) => t.check_n_at(key, 0, now),
             Table::Sliding(t) => t.check_n_at(key, 0, now),
         }
@@ -141,7 +147,10 @@ pub struct Entry<'a> {
 impl Charge for Entry<'_> {
     fn charge(&self, now: Timestamp) -> Decision {
         match self.table {
-            Table::Gcra(t) => t.cost(self.key, self.n).with_quota(self.quota.unwrap_or(*t.quota())).charge(now),
+            Table::Gcra(t) => t
+                .cost(self.key, self.n)
+                .with_quota(self.quota.unwrap_or(*t.quota()))
+                .charge(now),
             Table::Fixed(t) => t.check_n_at(self.key, self.n, now),
             Table::Sliding(t) => t.check_n_at(self.key, self.n, now),
         }

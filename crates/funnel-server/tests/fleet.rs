@@ -26,7 +26,10 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_together() {
                 ok += 1;
             }
         }
-        assert_eq!(ok, 10, "{key}: the two instances admitted {ok} of a limit of 10");
+        assert_eq!(
+            ok, 10,
+            "{key}: the two instances admitted {ok} of a limit of 10"
+        );
     }
     // Both went to Redis; the instance with a deny cache answered some denials itself.
     assert!(a.metric("funnel_server_redis_round_trips_total") > 0);
@@ -44,6 +47,8 @@ fn window_rules_are_refused_in_fleet_mode() {
         "w.yaml",
         "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: fixed_window}\n",
     );
-    let e = Server::try_start(&path, &["--no-watch", "--redis", &redis.url()]).err().expect("refused");
+    let e = Server::try_start(&path, &["--no-watch", "--redis", &redis.url()])
+        .err()
+        .expect("refused");
     assert!(e.contains("not available with --redis"), "{e}");
 }

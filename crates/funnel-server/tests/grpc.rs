@@ -83,15 +83,21 @@ async fn each_value_of_a_key_gets_its_own_limit() {
     let mut c = s.client().await;
     let a = desc(&[("client", "a")]);
     assert_eq!(admitted(&mut c, "shop", &a, 5).await, 3);
-    assert_eq!(admitted(&mut c, "shop", &desc(&[("client", "b")]), 5).await, 3);
+    assert_eq!(
+        admitted(&mut c, "shop", &desc(&[("client", "b")]), 5).await,
+        3
+    );
     let r = call(&mut c, req("shop", vec![a])).await;
     let st = &r.statuses[0];
     assert_eq!((st.code, st.limit_remaining), (OVER, 0));
     let limit = st.current_limit.as_ref().unwrap();
     assert_eq!((limit.requests_per_unit, limit.unit), (3, 2)); // MINUTE = 2
-    // The wait is one emission interval at most: 20 s.
+                                                               // The wait is one emission interval at most: 20 s.
     let wait = st.duration_until_reset.as_ref().unwrap();
-    assert!(wait.seconds <= 20 && (wait.seconds, wait.nanos) > (0, 0), "{wait:?}");
+    assert!(
+        wait.seconds <= 20 && (wait.seconds, wait.nanos) > (0, 0),
+        "{wait:?}"
+    );
 }
 
 #[tokio::test]
@@ -106,9 +112,23 @@ async fn nested_descriptors_match_the_most_specific_rule() {
     assert_eq!(codes(&r), (OK, vec![OK, OK]));
     assert_eq!(r.statuses[0].limit_remaining, u32::MAX, "unlimited");
     assert_eq!(r.statuses[1].limit_remaining, 99);
-    assert_eq!(r.statuses[1].current_limit.as_ref().unwrap().requests_per_unit, 100);
+    assert_eq!(
+        r.statuses[1]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        100
+    );
     // A walk that stops before the last entry matches nothing: OK, no limit shown.
-    let r = call(&mut c, req("shop", vec![desc(&[("database", "orders"), ("user", "ann")])])).await;
+    let r = call(
+        &mut c,
+        req(
+            "shop",
+            vec![desc(&[("database", "orders"), ("user", "ann")])],
+        ),
+    )
+    .await;
     assert_eq!(codes(&r), (OK, vec![OK]));
     assert!(r.statuses[0].current_limit.is_none());
 }
@@ -159,10 +179,22 @@ async fn shadow_mode_answers_ok_and_counts() {
     let mut c = s.client().await;
     let d = desc(&[("trial", "t1")]);
     assert_eq!(admitted(&mut c, "shop", &d, 4).await, 4);
-    assert_eq!(s.metric(r#"ratelimit_service_rate_limit_shadow_mode{domain="shop",key="trial"}"#), 3);
-    assert_eq!(s.metric(r#"ratelimit_service_rate_limit_over_limit{domain="shop",key="trial"}"#), 3);
-    assert_eq!(s.metric(r#"ratelimit_service_rate_limit_total_hits{domain="shop",key="trial"}"#), 4);
-    assert!(s.log().contains("shadow mode"), "a shadowed denial is logged");
+    assert_eq!(
+        s.metric(r#"ratelimit_service_rate_limit_shadow_mode{domain="shop",key="trial"}"#),
+        3
+    );
+    assert_eq!(
+        s.metric(r#"ratelimit_service_rate_limit_over_limit{domain="shop",key="trial"}"#),
+        3
+    );
+    assert_eq!(
+        s.metric(r#"ratelimit_service_rate_limit_total_hits{domain="shop",key="trial"}"#),
+        4
+    );
+    assert!(
+        s.log().contains("shadow mode"),
+        "a shadowed denial is logged"
+    );
 }
 
 #[tokio::test]
@@ -181,23 +213,50 @@ async fn an_unknown_domain_or_an_unmatched_descriptor_is_ok_and_uncharged() {
 async fn zero_requests_per_unit_blocks_and_a_prefix_value_matches() {
     let s = start();
     let mut c = s.client().await;
-    let r = call(&mut c, req("shop", vec![desc(&[("banned", "x")]), desc(&[("client", "q")])])).await;
+    let r = call(
+        &mut c,
+        req(
+            "shop",
+            vec![desc(&[("banned", "x")]), desc(&[("client", "q")])],
+        ),
+    )
+    .await;
     assert_eq!(codes(&r), (OVER, vec![OVER, OK]));
-    assert_eq!(r.statuses[1].limit_remaining, 3, "nothing charged to the client");
-    assert_eq!(admitted(&mut c, "shop", &desc(&[("path", "/api/users")]), 3).await, 2);
-    assert_eq!(admitted(&mut c, "shop", &desc(&[("path", "/api/orders")]), 3).await, 2);
-    assert_eq!(admitted(&mut c, "shop", &desc(&[("path", "/static/x")]), 3).await, 3);
+    assert_eq!(
+        r.statuses[1].limit_remaining, 3,
+        "nothing charged to the client"
+    );
+    assert_eq!(
+        admitted(&mut c, "shop", &desc(&[("path", "/api/users")]), 3).await,
+        2
+    );
+    assert_eq!(
+        admitted(&mut c, "shop", &desc(&[("path", "/api/orders")]), 3).await,
+        2
+    );
+    assert_eq!(
+        admitted(&mut c, "shop", &desc(&[("path", "/static/x")]), 3).await,
+        3
+    );
 }
 
 #[tokio::test]
 async fn a_replacing_rule_drops_the_replaced_one() {
     let s = start();
     let mut c = s.client().await;
-    let both = || req("shop", vec![desc(&[("route", "/checkout")]), desc(&[("tier", "vip")])]);
+    let both = || {
+        req(
+            "shop",
+            vec![desc(&[("route", "/checkout")]), desc(&[("tier", "vip")])],
+        )
+    };
     for _ in 0..5 {
         let r = call(&mut c, both()).await;
         assert_eq!(codes(&r), (OK, vec![OK, OK]));
-        assert!(r.statuses[0].current_limit.is_none(), "the replaced rule is not applied");
+        assert!(
+            r.statuses[0].current_limit.is_none(),
+            "the replaced rule is not applied"
+        );
     }
     assert_eq!(call(&mut c, both()).await.overall_code, OVER);
 }
@@ -212,7 +271,10 @@ async fn a_limit_sent_with_the_descriptor_replaces_the_configured_one() {
     let l = r.statuses[0].current_limit.as_ref().unwrap();
     assert_eq!((l.requests_per_unit, l.unit), (5, 3));
     // The configured limit for the same value is untouched.
-    assert_eq!(admitted(&mut c, "shop", &desc(&[("client", "o")]), 4).await, 3);
+    assert_eq!(
+        admitted(&mut c, "shop", &desc(&[("client", "o")]), 4).await,
+        3
+    );
 }
 
 #[tokio::test]
@@ -220,11 +282,16 @@ async fn burst_and_fixed_windows_count_as_configured() {
     let s = start();
     let mut c = s.client().await;
     // 3,600 an hour but at most 2 at once.
-    assert_eq!(admitted(&mut c, "shop", &desc(&[("bursty", "b")]), 4).await, 2);
+    assert_eq!(
+        admitted(&mut c, "shop", &desc(&[("bursty", "b")]), 4).await,
+        2
+    );
     // A fixed window of a minute aligned on Unix minutes, as envoyproxy/ratelimit counts.
     let d = desc(&[("windowed", "w")]);
     let r = call(&mut c, req("shop", vec![d.clone()])).await;
-    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     let reset = r.statuses[0].duration_until_reset.as_ref().unwrap();
     let expected = 60 - unix.as_secs() % 60;
     assert!(
@@ -243,7 +310,9 @@ async fn bad_requests_are_invalid_argument() {
     let s = start();
     let mut c = s.client().await;
     let long = "x".repeat(1025);
-    let too_many: Vec<_> = (0..65).map(|i| desc(&[("client", &i.to_string())])).collect();
+    let too_many: Vec<_> = (0..65)
+        .map(|i| desc(&[("client", &i.to_string())]))
+        .collect();
     let too_deep: Vec<(&str, &str)> = (0..17).map(|_| ("k", "v")).collect();
     let bad = vec![
         ("empty domain", req("", vec![desc(&[("client", "a")])])),
@@ -254,19 +323,32 @@ async fn bad_requests_are_invalid_argument() {
         ("long value", req("shop", vec![desc(&[("client", &long)])])),
         ("long key", req("shop", vec![desc(&[(&long, "v")])])),
         ("empty key", req("shop", vec![desc(&[("", "v")])])),
-        ("long domain", req(&"d".repeat(257), vec![desc(&[("client", "a")])])),
-        ("unknown unit", req("shop", vec![with_limit(desc(&[("client", "a")]), 5, 0)])),
+        (
+            "long domain",
+            req(&"d".repeat(257), vec![desc(&[("client", "a")])]),
+        ),
+        (
+            "unknown unit",
+            req("shop", vec![with_limit(desc(&[("client", "a")]), 5, 0)]),
+        ),
     ];
     for (what, r) in bad {
         let e = c.should_rate_limit(r).await.expect_err(what);
         assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
     }
     // A request above the size limit is refused by the transport, before any decision.
-    let huge: Vec<_> = (0..60).map(|_| desc(&[("client", &"y".repeat(1000)), ("k", &"z".repeat(1000))])).collect();
+    let huge: Vec<_> = (0..60)
+        .map(|_| desc(&[("client", &"y".repeat(1000)), ("k", &"z".repeat(1000))]))
+        .collect();
     assert!(c.should_rate_limit(req("shop", huge)).await.is_err());
     assert_eq!(s.metric("funnel_server_invalid_requests_total"), 10);
     // The server is still up.
-    assert_eq!(call(&mut c, req("shop", vec![desc(&[("client", "fine")])])).await.overall_code, OK);
+    assert_eq!(
+        call(&mut c, req("shop", vec![desc(&[("client", "fine")])]))
+            .await
+            .overall_code,
+        OK
+    );
 }
 
 #[tokio::test]
@@ -276,12 +358,17 @@ async fn a_flood_of_distinct_values_stays_within_the_table_bound() {
     let s = Server::start(&path, &["--no-watch", "--max-keys", "2000"]);
     let mut c = s.client().await;
     for chunk in 0..160 {
-        let ds: Vec<_> = (0..64).map(|i| desc(&[("client", &format!("v{chunk}-{i}"))])).collect();
+        let ds: Vec<_> = (0..64)
+            .map(|i| desc(&[("client", &format!("v{chunk}-{i}"))]))
+            .collect();
         assert_eq!(call(&mut c, req("shop", ds)).await.overall_code, OK);
     }
     let keys = s.metric(r#"funnel_server_table_keys{domain="shop",key="client"}"#);
     let max = s.metric(r#"funnel_server_table_max_keys{domain="shop",key="client"}"#);
-    assert!(keys <= max && max <= 4_096, "keys {keys}, table bound {max}");
+    assert!(
+        keys <= max && max <= 4_096,
+        "keys {keys}, table bound {max}"
+    );
     let evicted = s.metric(r#"funnel_server_table_evictions_total{domain="shop",key="client"}"#);
     assert!(evicted > 0, "keys {keys}, bound {max}, evictions {evicted}");
 }

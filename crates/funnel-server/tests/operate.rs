@@ -19,7 +19,10 @@ fn config(client_per_minute: u32, name: &str) -> String {
 #[tokio::test]
 async fn http_answers_health_metrics_and_json() {
     let dir = scratch("http");
-    let s = Server::start(&write_config(&dir, "ops.yaml", &config(2, "per_client")), &["--no-watch"]);
+    let s = Server::start(
+        &write_config(&dir, "ops.yaml", &config(2, "per_client")),
+        &["--no-watch"],
+    );
     assert_eq!(s.get("/healthcheck"), (200, "OK\n".into()));
     let body = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}"#;
     let (code, json) = s.post_json(body);
@@ -30,7 +33,10 @@ async fn http_answers_health_metrics_and_json() {
     assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "MINUTE");
     assert_eq!(v["statuses"][0]["currentLimit"]["name"], "per_client");
     assert_eq!(v["statuses"][0]["limitRemaining"], 1);
-    assert!(v["statuses"][0]["durationUntilReset"].as_str().unwrap().ends_with('s'));
+    assert!(v["statuses"][0]["durationUntilReset"]
+        .as_str()
+        .unwrap()
+        .ends_with('s'));
     assert_eq!(s.post_json(body).0, 200);
     let (code, json) = s.post_json(body);
     assert_eq!(code, 429, "{json}");
@@ -51,7 +57,10 @@ async fn http_answers_health_metrics_and_json() {
         r#"funnel_server_table_keys{domain="ops",key="client"} 1"#,
         "ratelimit_service_config_load_success 1",
     ] {
-        assert!(metrics.lines().any(|l| l == series), "{series} in\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} in\n{metrics}"
+        );
     }
 }
 
@@ -61,7 +70,10 @@ async fn grpc_health_reports_serving() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
     let dir = scratch("health");
-    let s = Server::start(&write_config(&dir, "ops.yaml", &config(2, "c")), &["--no-watch"]);
+    let s = Server::start(
+        &write_config(&dir, "ops.yaml", &config(2, "c")),
+        &["--no-watch"],
+    );
     let channel = tonic::transport::Endpoint::new(format!("http://{}", s.grpc))
         .unwrap()
         .connect()
@@ -86,7 +98,9 @@ fn a_broken_configuration_refuses_the_start_naming_file_and_line() {
         "bad.yaml",
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
     );
-    let e = Server::try_start(&path, &["--no-watch"]).err().expect("refused");
+    let e = Server::try_start(&path, &["--no-watch"])
+        .err()
+        .expect("refused");
     assert!(e.contains("bad.yaml:5:") && e.contains("fortnight"), "{e}");
     assert!(e.contains("exit status: 1"), "{e}");
 }
@@ -101,17 +115,30 @@ async fn a_reload_swaps_limits_keeps_debt_and_rejects_a_broken_file() {
     assert_eq!(admitted(&mut c, "ops", &d, 2).await, 2);
 
     // Same name, same quota, another rule added: the key keeps its debt (1 left of 3).
-    let grown = config(3, "per_client") + "  - key: extra\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n";
+    let grown = config(3, "per_client")
+        + "  - key: extra\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n";
     write_config(&dir, "ops.yaml", &grown);
     s.wait_metric("ratelimit_service_config_load_success", 2);
-    assert_eq!(admitted(&mut c, "ops", &d, 3).await, 1, "the debt survived the reload");
-    assert_eq!(admitted(&mut c, "ops", &desc(&[("extra", "e")]), 2).await, 1, "the new rule applies");
+    assert_eq!(
+        admitted(&mut c, "ops", &d, 3).await,
+        1,
+        "the debt survived the reload"
+    );
+    assert_eq!(
+        admitted(&mut c, "ops", &desc(&[("extra", "e")]), 2).await,
+        1,
+        "the new rule applies"
+    );
 
     // A broken file: rejected, counted, logged; the configuration in force stays.
     write_config(&dir, "ops.yaml", "domain: ops\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1, typo: 1}\n");
     s.wait_metric("ratelimit_service_config_load_error", 1);
     assert!(s.log().contains("unknown field `typo`"), "{}", s.log());
-    assert_eq!(admitted(&mut c, "ops", &desc(&[("extra", "f")]), 2).await, 1, "the old rules stay");
+    assert_eq!(
+        admitted(&mut c, "ops", &desc(&[("extra", "f")]), 2).await,
+        1,
+        "the old rules stay"
+    );
 
     // A new quota: a new count.
     write_config(&dir, "ops.yaml", &config(5, "per_client"));
@@ -164,7 +191,10 @@ async fn reloads_under_load_fail_no_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_and_exits_zero() {
     let dir = scratch("sigterm");
-    let mut s = Server::start(&write_config(&dir, "ops.yaml", &config(3, "c")), &["--no-watch"]);
+    let mut s = Server::start(
+        &write_config(&dir, "ops.yaml", &config(3, "c")),
+        &["--no-watch"],
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -176,7 +206,10 @@ async fn sigterm_drains_and_exits_zero() {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                match c.should_rate_limit(req("ops", vec![desc(&[("other", &format!("{t}-{i}"))])])).await {
+                match c
+                    .should_rate_limit(req("ops", vec![desc(&[("other", &format!("{t}-{i}"))])]))
+                    .await
+                {
                     Ok(r) => {
                         assert_eq!(r.into_inner().overall_code, OK);
                         ok.fetch_add(1, Ordering::Relaxed);
@@ -185,7 +218,12 @@ async fn sigterm_drains_and_exits_zero() {
                     // never with an answer other than the transport's.
                     Err(e) => {
                         assert!(
-                            matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled),
+                            matches!(
+                                e.code(),
+                                tonic::Code::Unavailable
+                                    | tonic::Code::Unknown
+                                    | tonic::Code::Cancelled
+                            ),
                             "{e:?}"
                         );
                         break;

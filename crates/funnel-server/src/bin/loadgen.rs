@@ -1,1 +1,298 @@
-fn main() {}
+//! `funnel-loadgen`: a gRPC load generator for `ShouldRateLimit`, and the no-decision floor.
+//!
+//! * `funnel-loadgen floor --grpc ADDR`: a server answering every call OK without deciding,
+//!   the transport's floor to compare funnel-server with.
+//! * `funnel-loadgen run --target ADDR ...`: N concurrent calls over M connections, bounded
+//!   by a count of calls; prints decisions/s and p50/p99/p99.9 latency, and with `--metrics`
+//!   the server's Redis round trips during the run (read from its `/metrics`).
+//!
+//! The key mix: `--abusive-percent` of the calls go to `--abusive-keys` hot keys (which the
+//! limit soon denies), the rest spread over `--keys` keys.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use funnel_server::proto::rate_limit_descriptor::Entry;
+use funnel_server::proto::rate_limit_response::Code;
+use funnel_server::proto::rate_limit_service_client::RateLimitServiceClient;
+use funnel_server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use funnel_server::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Parser)]
+#[command(about = "Load for Envoy's rate-limit service, and the no-decision floor")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve ShouldRateLimit answering OK without deciding.
+    Floor {
+        #[arg(long, default_value = "127.0.0.1:8091")]
+        grpc: SocketAddr,
+    },
+    /// Send calls and report throughput and latency.
+    Run {
+        /// The server's gRPC address.
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        target: SocketAddr,
+        /// Connections (HTTP/2), calls spread over them.
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+        /// Calls in flight at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Calls in all (the run's bound).
+        #[arg(long, default_value_t = 200_000)]
+        requests: u64,
+        /// Calls before measuring.
+        #[arg(long, default_value_t = 10_000)]
+        warmup: u64,
+        /// The domain.
+        #[arg(long, default_value = "bench")]
+        domain: String,
+        /// The descriptor key.
+        #[arg(long, default_value = "client")]
+        key: String,
+        /// Distinct well-behaved values.
+        #[arg(long, default_value_t = 10_000)]
+        keys: u64,
+        /// Hot values.
+        #[arg(long, default_value_t = 10)]
+        abusive_keys: u64,
+        /// Percent of calls for the hot values.
+        #[arg(long, default_value_t = 0)]
+        abusive_percent: u64,
+        /// The server's HTTP address, to read its Redis round trips before and after.
+        #[arg(long)]
+        metrics: Option<SocketAddr>,
+    },
+}
+
+struct Floor;
+
+#[tonic::async_trait]
+impl RateLimitService for Floor {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let n = request.get_ref().descriptors.len();
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: (0..n)
+                .map(
+                    |_| funnel_server::proto::rate_limit_response::DescriptorStatus {
+                        code: Code::Ok as i32,
+                        ..Default::default()
+                    },
+                )
+                .collect(),
+            ..Default::default()
+        }))
+    }
+}
+
+/// A SplitMix64 step: the key stream's generator.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The Redis counters of the server's `/metrics`: (round trips, timeouts).
+fn redis_counters(addr: SocketAddr) -> Option<(u64, u64)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let read = |name: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some((
+        read("funnel_server_redis_round_trips_total")?,
+        read("funnel_server_redis_timeouts_total")?,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    target: SocketAddr,
+    connections: usize,
+    concurrency: usize,
+    requests: u64,
+    warmup: u64,
+    domain: String,
+    key: String,
+    keys: u64,
+    abusive_keys: u64,
+    abusive_percent: u64,
+    metrics: Option<SocketAddr>,
+) -> Result<(), String> {
+    let mut channels: Vec<Channel> = Vec::new();
+    for _ in 0..connections.max(1) {
+        let ch = Endpoint::new(format!("http://{target}"))
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {target}: {e}"))?;
+        channels.push(ch);
+    }
+    let make = Arc::new(move |r: u64| -> RateLimitRequest {
+        let value = if r % 100 < abusive_percent {
+            format!("hot-{}", (r / 100) % abusive_keys.max(1))
+        } else {
+            format!("user-{}", (r / 100) % keys.max(1))
+        };
+        RateLimitRequest {
+            domain: domain.clone(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: key.clone(),
+                    value,
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        }
+    });
+    let phase = |total: u64, record: bool| {
+        let channels = channels.clone();
+        let make = make.clone();
+        async move {
+            let per = total / concurrency.max(1) as u64;
+            let mut tasks = Vec::new();
+            for t in 0..concurrency.max(1) {
+                let mut client = RateLimitServiceClient::new(channels[t % channels.len()].clone());
+                let make = make.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(if record { per as usize } else { 0 });
+                    let (mut ok, mut over, mut failed) = (0u64, 0u64, 0u64);
+                    let mut rng = t as u64 + 1;
+                    for _ in 0..per {
+                        let r = make(next(&mut rng));
+                        let start = Instant::now();
+                        match client.should_rate_limit(r).await {
+                            Ok(resp) if resp.get_ref().overall_code == Code::Ok as i32 => ok += 1,
+                            Ok(_) => over += 1,
+                            Err(_) => failed += 1,
+                        }
+                        if record {
+                            lat.push(start.elapsed().as_nanos() as u64);
+                        }
+                    }
+                    (lat, ok, over, failed)
+                }));
+            }
+            let mut all = Vec::new();
+            let (mut ok, mut over, mut failed) = (0, 0, 0);
+            for t in tasks {
+                let (l, o, v, f) = t.await.expect("a load task");
+                all.extend(l);
+                ok += o;
+                over += v;
+                failed += f;
+            }
+            (all, ok, over, failed)
+        }
+    };
+    phase(warmup, false).await;
+    let trips_before = metrics.and_then(redis_counters);
+    let start = Instant::now();
+    let (mut lat, ok, over, failed) = phase(requests, true).await;
+    let elapsed = start.elapsed();
+    let trips_after = metrics.and_then(redis_counters);
+    lat.sort_unstable();
+    let pct = |p: f64| -> Duration {
+        if lat.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+        Duration::from_nanos(lat[i])
+    };
+    let n = lat.len() as f64;
+    println!(
+        "calls={} ok={ok} over={over} failed={failed} decisions/s={:.0} p50={:?} p99={:?} p99.9={:?}",
+        lat.len(),
+        n / elapsed.as_secs_f64(),
+        pct(0.50),
+        pct(0.99),
+        pct(0.999)
+    );
+    if let (Some((a, ta)), Some((b, tb))) = (trips_before, trips_after) {
+        println!(
+            "redis_round_trips={} per_call={:.3} redis_timeouts={}",
+            b - a,
+            (b - a) as f64 / n,
+            tb - ta
+        );
+    }
+    if failed > 0 {
+        return Err(format!("{failed} calls failed"));
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let result = match Args::parse().cmd {
+        Cmd::Floor { grpc } => {
+            println!("funnel-loadgen floor listening grpc={grpc}");
+            tonic::transport::Server::builder()
+                .add_service(RateLimitServiceServer::new(Floor))
+                .serve_with_shutdown(grpc, async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Cmd::Run {
+            target,
+            connections,
+            concurrency,
+            requests,
+            warmup,
+            domain,
+            key,
+            keys,
+            abusive_keys,
+            abusive_percent,
+            metrics,
+        } => {
+            run(
+                target,
+                connections,
+                concurrency,
+                requests,
+                warmup,
+                domain,
+                key,
+                keys,
+                abusive_keys,
+                abusive_percent,
+                metrics,
+            )
+            .await
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("funnel-loadgen: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -154,7 +154,11 @@ impl Server {
                 assert_eq!(v, value, "{series}");
                 return;
             }
-            assert!(Instant::now() < end, "{series} stayed at {v}, expected {value}\n{}", self.log());
+            assert!(
+                Instant::now() < end,
+                "{series} stayed at {v}, expected {value}\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -184,8 +188,15 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Str
     .unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
-    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -210,8 +221,15 @@ pub fn with_hits(mut d: RateLimitDescriptor, n: u64) -> RateLimitDescriptor {
 }
 
 /// The same descriptor under a limit sent with the request.
-pub fn with_limit(mut d: RateLimitDescriptor, requests_per_unit: u32, unit: i32) -> RateLimitDescriptor {
-    d.limit = Some(RateLimitOverride { requests_per_unit, unit });
+pub fn with_limit(
+    mut d: RateLimitDescriptor,
+    requests_per_unit: u32,
+    unit: i32,
+) -> RateLimitDescriptor {
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit,
+        unit,
+    });
     d
 }
 
@@ -229,8 +247,14 @@ pub const OK: i32 = 1;
 pub const OVER: i32 = 2;
 
 /// Calls and returns the response, panicking on a gRPC error.
-pub async fn call(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
-    c.should_rate_limit(r).await.expect("the call succeeds").into_inner()
+pub async fn call(
+    c: &mut RateLimitServiceClient<Channel>,
+    r: RateLimitRequest,
+) -> RateLimitResponse {
+    c.should_rate_limit(r)
+        .await
+        .expect("the call succeeds")
+        .into_inner()
 }
 
 /// The codes of a response: (overall, per descriptor).
@@ -239,7 +263,12 @@ pub fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
 }
 
 /// How many of `n` one-unit calls for one descriptor are allowed.
-pub async fn admitted(c: &mut RateLimitServiceClient<Channel>, domain: &str, d: &RateLimitDescriptor, n: usize) -> usize {
+pub async fn admitted(
+    c: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    d: &RateLimitDescriptor,
+    n: usize,
+) -> usize {
     let mut ok = 0;
     for _ in 0..n {
         if call(c, req(domain, vec![d.clone()])).await.overall_code == OK {

@@ -43,6 +43,9 @@ struct Args {
     /// Keys held in the local deny cache of each rule with --redis (0: no cache).
     #[arg(long, default_value_t = 100_000)]
     deny_cache: usize,
+    /// Milliseconds a decision waits for Redis before --on-redis-failure answers.
+    #[arg(long)]
+    redis_timeout_ms: Option<u64>,
     /// The most keys one rule's table holds (the least indebted is evicted beyond).
     #[arg(long, default_value_t = 1 << 20)]
     max_keys: usize,
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
             url,
             on_failure,
             deny_cache: args.deny_cache,
+            timeout: args.redis_timeout_ms.map(std::time::Duration::from_millis),
         }),
         max_keys: args.max_keys.max(1),
         response_headers: args.response_headers,

@@ -124,6 +124,9 @@ pub struct RedisSettings {
     pub on_failure: funnel_redis::OnFailure,
     /// Keys kept in the local deny cache (0 = none).
     pub deny_cache: usize,
+    /// How long a decision waits for Redis before the failure policy answers (None: the
+    /// funnel-redis default).
+    pub timeout: Option<std::time::Duration>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -275,13 +278,14 @@ impl Registry {
                     limit.unit.envoy_number(),
                     limit.burst.unwrap_or(rpu)
                 );
-                let limiter = funnel_redis::RedisLimiter::builder(r.url.clone(), q)
+                let mut builder = funnel_redis::RedisLimiter::builder(r.url.clone(), q)
                     .prefix(prefix)
                     .deny_cache(r.deny_cache)
-                    .on_failure(r.on_failure)
-                    .build()
-                    .await
-                    .map_err(|e| format!("redis: {e}"))?;
+                    .on_failure(r.on_failure);
+                if let Some(t) = r.timeout {
+                    builder = builder.timeout(t);
+                }
+                let limiter = builder.build().await.map_err(|e| format!("redis: {e}"))?;
                 Ok(Counts::Redis(Arc::new(limiter)))
             }
         }

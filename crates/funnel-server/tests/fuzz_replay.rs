@@ -1,0 +1,68 @@
+//! The fuzz bodies (`src/fuzz.rs`) on stable: every committed corpus input of the cargo-fuzz
+//! targets `server_config` and `server_request` (`fuzz/corpus/`), and each input with every
+//! byte in turn replaced and with every truncation, a bounded deterministic sweep.
+
+use std::path::PathBuf;
+
+fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let mut out: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let p = e.unwrap().path();
+            let data = std::fs::read(&p).unwrap();
+            (p, data)
+        })
+        .collect();
+    out.sort();
+    assert!(out.len() >= 5, "the {target} corpus holds its seeds");
+    out
+}
+
+fn sweep(data: &[u8], body: fn(&[u8])) {
+    body(data);
+    for cut in 0..data.len() {
+        body(&data[..cut]);
+    }
+    let mut m = data.to_vec();
+    for i in 0..m.len() {
+        let old = m[i];
+        for b in [
+            0u8,
+            b'\n',
+            b':',
+            b'-',
+            b'{',
+            0xff,
+            old ^ 0x20,
+            old.wrapping_add(1),
+        ] {
+            m[i] = b;
+            body(&m);
+        }
+        m[i] = old;
+    }
+}
+
+#[test]
+fn the_config_corpus_replays() {
+    for (path, data) in corpus("server_config") {
+        eprintln!("{}", path.display());
+        sweep(&data, funnel_server::fuzz::config);
+    }
+}
+
+#[test]
+fn the_request_corpus_replays() {
+    for (path, data) in corpus("server_request") {
+        eprintln!("{}", path.display());
+        // Requests are decided on a live configuration: the sweep stays on small inputs.
+        if data.len() <= 200 {
+            sweep(&data, funnel_server::fuzz::request);
+        } else {
+            funnel_server::fuzz::request(&data);
+        }
+    }
+}

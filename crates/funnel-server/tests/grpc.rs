@@ -372,3 +372,79 @@ async fn a_flood_of_distinct_values_stays_within_the_table_bound() {
     let evicted = s.metric(r#"funnel_server_table_evictions_total{domain="shop",key="client"}"#);
     assert!(evicted > 0, "keys {keys}, bound {max}, evictions {evicted}");
 }
+
+#[tokio::test]
+async fn a_window_denial_rolls_back_the_gcra_charge() {
+    let s = start();
+    let mut c = s.client().await;
+    let w = desc(&[("windowed", "rb")]);
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    if 60 - unix.as_secs() % 60 < 3 {
+        return; // too close to a minute boundary for the window to hold still
+    }
+    assert_eq!(admitted(&mut c, "shop", &w, 4).await, 4);
+    let client = desc(&[("client", "rb")]);
+    for _ in 0..3 {
+        let r = call(&mut c, req("shop", vec![client.clone(), w.clone()])).await;
+        assert_eq!(codes(&r), (OVER, vec![OK, OVER]));
+        assert_eq!(
+            r.statuses[0].limit_remaining, 3,
+            "the GCRA charge was rolled back"
+        );
+    }
+}
+
+#[tokio::test]
+async fn detailed_metric_and_response_headers() {
+    let dir = scratch("detailed");
+    let path = write_config(
+        &dir,
+        "d.yaml",
+        "domain: d\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}\n",
+    );
+    let s = Server::start(&path, &["--no-watch", "--response-headers"]);
+    let mut c = s.client().await;
+    let r = call(&mut c, req("d", vec![desc(&[("user", "ann")])])).await;
+    let headers: Vec<(String, String)> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(
+        headers,
+        vec![
+            (
+                "RateLimit-Policy".to_owned(),
+                "\"per_user\";q=2;w=60".to_owned()
+            ),
+            ("RateLimit".to_owned(), "\"per_user\";r=1;t=30".to_owned()),
+        ]
+    );
+    call(&mut c, req("d", vec![desc(&[("user", "bob")])])).await;
+    call(&mut c, req("d", vec![desc(&[("user", "bob")])])).await;
+    call(&mut c, req("d", vec![desc(&[("user", "bob")])])).await;
+    assert_eq!(
+        s.metric(
+            r#"ratelimit_service_rate_limit_total_hits{domain="d",key="user",value="user_bob"}"#
+        ),
+        3
+    );
+    assert_eq!(
+        s.metric(
+            r#"ratelimit_service_rate_limit_over_limit{domain="d",key="user",value="user_bob"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        s.metric(
+            r#"ratelimit_service_rate_limit_total_hits{domain="d",key="user",value="user_ann"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        s.metric(r#"ratelimit_service_rate_limit_total_hits{domain="d",key="user"}"#),
+        4
+    );
+}

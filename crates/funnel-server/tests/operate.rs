@@ -244,3 +244,30 @@ async fn sigterm_drains_and_exits_zero() {
     assert_eq!(code, Some(0), "{}", s.log());
     assert!(s.log().contains("draining in-flight calls"));
 }
+
+#[tokio::test]
+async fn a_directory_holds_one_domain_per_file_and_refuses_a_domain_twice() {
+    let dir = scratch("dir");
+    write_config(&dir, "a.yaml", &config(1, "a"));
+    write_config(&dir, "b.yml", "domain: other\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 2}\n");
+    std::fs::write(dir.join("notes.txt"), "not read").unwrap();
+    let s = Server::start(&dir, &["--no-watch"]);
+    let mut c = s.client().await;
+    assert_eq!(
+        admitted(&mut c, "ops", &desc(&[("client", "x")]), 3).await,
+        1
+    );
+    assert_eq!(
+        admitted(&mut c, "other", &desc(&[("client", "x")]), 3).await,
+        2
+    );
+    drop(s);
+    write_config(&dir, "c.yaml", &config(7, "c"));
+    let e = Server::try_start(&dir, &["--no-watch"])
+        .err()
+        .expect("refused");
+    assert!(
+        e.contains("c.yaml") && e.contains("already defined in") && e.contains("a.yaml"),
+        "{e}"
+    );
+}

@@ -62,10 +62,10 @@ impl Table {
                 )
             }
             Algorithm::FixedWindow => {
-                let q = FixedWindowQuota::new(u64::from(rpu), limit.unit.duration())
+                let q = FixedWindowQuota::per_period(u64::from(rpu), limit.unit.duration())
                     .map_err(|e| e.to_string())?;
                 Table::Fixed(
-                    Limiter::<str, _, _>::fixed_window(q)
+                    Limiter::<str>::builder(q)
                         .capacity(start)
                         .max_capacity(max_keys)
                         .clock(clock)
@@ -74,10 +74,10 @@ impl Table {
                 )
             }
             Algorithm::SlidingWindow => {
-                let q = SlidingWindowQuota::new(u64::from(rpu), limit.unit.duration())
+                let q = SlidingWindowQuota::per_period(u64::from(rpu), limit.unit.duration())
                     .map_err(|e| e.to_string())?;
                 Table::Sliding(
-                    Limiter::<str, _, _>::sliding_window(q)
+                    Limiter::<str>::builder(q)
                         .capacity(start)
                         .max_capacity(max_keys)
                         .clock(clock)
@@ -115,8 +115,8 @@ impl Table {
     pub fn estimate(&self, key: &str, n: u64, now: Timestamp, quota: Option<Quota>) -> Decision {
         match self {
             Table::Gcra(t) => t
-                .cost(key, n)
                 .with_quota(quota.unwrap_or(*t.quota()))
+                .cost(key, n)
                 .estimate(now),
             Table::Fixed(t) => t.check_n_at(key, 0, now),
             Table::Sliding(t) => t.check_n_at(key, 0, now),
@@ -126,7 +126,9 @@ impl Table {
     /// Gives `n` units back to `key` (GCRA only; a window has no refund): true when done.
     pub fn refund(&self, key: &str, n: u64, now: Timestamp, quota: Option<Quota>) -> bool {
         match self {
-            Table::Gcra(t) => t.refund_at(key, &quota.unwrap_or(*t.quota()), n, now),
+            Table::Gcra(t) => t
+                .with_quota(quota.unwrap_or(*t.quota()))
+                .refund_at(key, n, now),
             Table::Fixed(_) | Table::Sliding(_) => false,
         }
     }
@@ -148,8 +150,8 @@ impl Charge for Entry<'_> {
     fn charge(&self, now: Timestamp) -> Decision {
         match self.table {
             Table::Gcra(t) => t
-                .cost(self.key, self.n)
                 .with_quota(self.quota.unwrap_or(*t.quota()))
+                .cost(self.key, self.n)
                 .charge(now),
             Table::Fixed(t) => t.check_n_at(self.key, self.n, now),
             Table::Sliding(t) => t.check_n_at(self.key, self.n, now),
@@ -159,8 +161,8 @@ impl Charge for Entry<'_> {
     fn undo(&self, charged: &Decision, now: Timestamp) -> Decision {
         match self.table {
             Table::Gcra(t) => t
-                .cost(self.key, self.n)
                 .with_quota(self.quota.unwrap_or(*t.quota()))
+                .cost(self.key, self.n)
                 .undo(charged, now),
             // No refund for windows: the module's comment says why this stays sound.
             Table::Fixed(_) | Table::Sliding(_) => self.estimate(now),

@@ -14,8 +14,10 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_together() {
     let dir = scratch("fleet");
     let path = write_config(&dir, "fleet.yaml", CONFIG);
     let url = redis.url();
-    let a = Server::start(&path, &["--no-watch", "--redis", &url]);
-    let b = Server::start(&path, &["--no-watch", "--redis", &url, "--deny-cache", "0"]);
+    // A generous timeout: on a loaded machine a slow reply must not become a policy answer.
+    let common = ["--no-watch", "--redis", &url, "--redis-timeout-ms", "5000"];
+    let a = Server::start(&path, &common);
+    let b = Server::start(&path, &[&common[..], &["--deny-cache", "0"]].concat());
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     for key in ["k1", "k2"] {
         let d = desc(&[("client", key)]);
@@ -31,6 +33,8 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_together() {
             "{key}: the two instances admitted {ok} of a limit of 10"
         );
     }
+    assert_eq!(a.metric("funnel_server_redis_timeouts_total"), 0);
+    assert_eq!(b.metric("funnel_server_redis_timeouts_total"), 0);
     // Both went to Redis; the instance with a deny cache answered some denials itself.
     assert!(a.metric("funnel_server_redis_round_trips_total") > 0);
     assert!(b.metric("funnel_server_redis_round_trips_total") >= 20);

@@ -56,3 +56,49 @@ fn window_rules_are_refused_in_fleet_mode() {
         .expect("refused");
     assert!(e.contains("not available with --redis"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_call_in_flight_finish() {
+    let redis = RedisServer::start().expect("redis-server starts");
+    let dir = scratch("drain");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let url = redis.url();
+    let mut s = Server::start(
+        &path,
+        &["--no-watch", "--redis", &url, "--redis-timeout-ms", "10000"],
+    );
+    let mut c = s.client().await;
+    let d = desc(&[("client", "drain")]);
+    assert_eq!(
+        call(&mut c, req("fleet", vec![d.clone()]))
+            .await
+            .overall_code,
+        OK
+    );
+    // Redis holds every command for 1.5 s: the next call waits inside the server.
+    let mut admin = redis.connection().unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .query(&mut admin)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let in_flight = tokio::spawn(async move { c.should_rate_limit(req("fleet", vec![d])).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    s.terminate();
+    let answer = in_flight
+        .await
+        .unwrap()
+        .expect("the call in flight is answered");
+    assert_eq!(answer.into_inner().overall_code, OK);
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1000),
+        "it waited for Redis"
+    );
+    assert_eq!(
+        s.wait_exit(std::time::Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        s.log()
+    );
+}

@@ -157,6 +157,8 @@ impl Algorithm {
 pub struct RateLimit {
     /// `name`: what `replaces` refers to, and the rule's identity across reloads.
     pub name: Option<String>,
+    /// `replaces`: the names of the rules this one replaces when both apply to a request.
+    pub replaces: Vec<String>,
     /// `unit`.
     pub unit: Unit,
     /// `requests_per_unit`; 0 denies every request.
@@ -183,8 +185,6 @@ pub struct Descriptor {
     pub shadow_mode: bool,
     /// `detailed_metric`: count per matched value too.
     pub detailed_metric: bool,
-    /// `replaces`: the names of the rules this one replaces when both apply to a request.
-    pub replaces: Vec<String>,
     /// `descriptors`: the next level.
     pub descriptors: Vec<Descriptor>,
     /// The line the descriptor starts on.
@@ -323,7 +323,8 @@ fn check_replaces(
     names: &HashSet<&str>,
 ) -> Result<(), ConfigError> {
     for d in list {
-        for r in &d.replaces {
+        let replaces = d.rate_limit.as_ref().map_or(&[][..], |r| &r.replaces[..]);
+        for r in replaces {
             if !names.contains(r.as_str()) {
                 return Err(p.line(
                     d.line,
@@ -507,28 +508,14 @@ impl Parser<'_> {
         if key.is_empty() {
             return Err(self.line(line, "`key` is empty".into()));
         }
+        // An empty value is no value, as in envoyproxy/ratelimit.
         let value = match map.get_node("value") {
-            Some(n) => Some(self.scalar(n, "value")?.as_str().to_owned()),
+            Some(n) => Some(self.scalar(n, "value")?.as_str().to_owned()).filter(|v| !v.is_empty()),
             None => None,
         };
         let rate_limit = match map.get_node("rate_limit") {
             Some(n) => Some(self.rate_limit(n, algorithm)?),
             None => None,
-        };
-        let replaces = match map.get_node("replaces") {
-            None => Vec::new(),
-            Some(n) => {
-                let seq = n
-                    .as_sequence()
-                    .ok_or_else(|| self.at(n.span(), "`replaces` must be a list".into()))?;
-                let mut names = Vec::new();
-                for r in seq.iter() {
-                    let m = self.mapping(r, "an entry of `replaces`")?;
-                    self.only(m, &["name"])?;
-                    names.push(self.required_str(m, "name")?);
-                }
-                names
-            }
         };
         let descriptors = match map.get_node("descriptors") {
             Some(n) => self.descriptors(n, algorithm, depth + 1)?,
@@ -540,7 +527,6 @@ impl Parser<'_> {
             rate_limit,
             shadow_mode: self.bool(map, "shadow_mode")?,
             detailed_metric: self.bool(map, "detailed_metric")?,
-            replaces,
             descriptors,
             line,
         })
@@ -555,6 +541,7 @@ impl Parser<'_> {
                 "requests_per_unit",
                 "unlimited",
                 "name",
+                "replaces",
                 "burst",
                 "algorithm",
             ],
@@ -614,8 +601,29 @@ impl Parser<'_> {
             Some(n) => Some(self.scalar(n, "name")?.as_str().to_owned()),
             None => None,
         };
+        let mut replaces = Vec::new();
+        if let Some(n) = map.get_node("replaces") {
+            let seq = n
+                .as_sequence()
+                .ok_or_else(|| self.at(n.span(), "`replaces` must be a list".into()))?;
+            for r in seq.iter() {
+                let m = self.mapping(r, "an entry of `replaces`")?;
+                self.only(m, &["name"])?;
+                let target = self.required_str(m, "name")?;
+                if target.is_empty() {
+                    return Err(
+                        self.at(m.span(), "an entry of `replaces` has an empty name".into())
+                    );
+                }
+                if name.as_deref() == Some(target.as_str()) {
+                    return Err(self.at(m.span(), format!("rule {target:?} replaces itself")));
+                }
+                replaces.push(target);
+            }
+        }
         Ok(RateLimit {
             name,
+            replaces,
             unit,
             requests_per_unit,
             unlimited,
@@ -678,7 +686,7 @@ mod tests {
 
     #[test]
     fn an_unknown_replaces_target_names_its_line() {
-        let e = parse("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: one}\n  - key: b\n    replaces:\n      - name: two\n").unwrap_err();
+        let e = parse("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: one}\n  - key: b\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: two\n").unwrap_err();
         assert_eq!(e.line, 5, "{e}");
         assert!(e.message.contains("\"two\""), "{e}");
     }

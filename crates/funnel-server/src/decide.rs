@@ -257,7 +257,11 @@ impl Decider {
                 }
                 let q = gcra_quota(l.requests_per_unit, unit, l.requests_per_unit)
                     .map_err(|e| Invalid(format!("descriptor {i}'s limit: {e}")))?;
-                let prefix = format!("{}/{}|", l.requests_per_unit, l.unit);
+                // The keys too: one override table serves every descriptor of the domain.
+                let mut prefix = format!("{}/{}|", l.requests_per_unit, l.unit);
+                for e in &d.entries {
+                    prefix.push_str(&format!("{}:{}|", e.key.len(), e.key));
+                }
                 plans.push(Plan::Count(Counted {
                     rule: None,
                     shown,

@@ -33,8 +33,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: sliding_window}
   - key: p
     value: pre*
-    replaces: [{name: ax}]
-    rate_limit: {unit: hour, requests_per_unit: 5, burst: 2}
+    rate_limit: {unit: hour, requests_per_unit: 5, burst: 2, replaces: [{name: ax}]}
   - key: z
     rate_limit: {unit: day, requests_per_unit: 0}
   - key: u
@@ -73,7 +72,10 @@ pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let lines = text.lines().count().max(1) + 1;
+    // YAML's line breaks: `\n`, `\r\n` and a lone `\r`; one more line for an error at the end.
+    let breaks =
+        text.matches('\n').count() + text.matches('\r').count() - text.matches("\r\n").count();
+    let lines = breaks + 2;
     match parse_domain(text, Path::new("fuzz.yaml")) {
         Ok(domain) => {
             lines_ok(&domain.descriptors, lines);

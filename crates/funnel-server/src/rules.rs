@@ -392,7 +392,7 @@ impl TreeBuilder<'_> {
             limit: limit.clone(),
             shadow_mode: d.shadow_mode,
             detailed_metric: d.detailed_metric,
-            replaces: d.replaces.clone(),
+            replaces: limit.replaces.clone(),
             kind,
             stats,
         })

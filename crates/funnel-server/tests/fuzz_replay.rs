@@ -17,7 +17,6 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
         })
         .collect();
     out.sort();
-    assert!(out.len() >= 5, "the {target} corpus holds its seeds");
     out
 }
 

@@ -54,11 +54,11 @@ descriptors:
   # A replaced rule: when both match, `vip` wins and `checkout` is not applied.
   - key: tier
     value: vip
-    replaces:
-      - name: checkout
     rate_limit:
       unit: minute
       requests_per_unit: 5
+      replaces:
+        - name: checkout
   - key: windowed
     rate_limit:
       unit: minute

@@ -7,6 +7,9 @@
 #
 #   FUZZ_SECONDS   seconds per target (default 60)
 #   FUZZ_TARGETS   space-separated targets (default: all, from `cargo fuzz list`)
+#   FUZZ_DIRS      the cargo-fuzz workspaces to run (default: `fuzz` for the core, the HTTP
+#                  layer and the Redis backend, and `crates/funnel-server/fuzz`, which builds
+#                  the gRPC stack and so is kept apart)
 #
 # New corpus entries go to fuzz/target/ci-corpus/<target> (ignored), so a run never dirties the
 # committed seed corpus fuzz/corpus/<target>. A crash fails the run and leaves its input in
@@ -36,18 +39,26 @@ if ! grep -qF "$CARGO_FUZZ_VERSION" <<<"$installed"; then
 fi
 cargo +nightly fuzz --version
 
-cd fuzz
-targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}"
-cargo +nightly fuzz build
-for target in $targets; do
-  work="target/ci-corpus/$target"
-  mkdir -p "$work" "corpus/$target"
-  echo "fuzz: $target for ${FUZZ_SECONDS}s"
-  if ! cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
-    -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1; then
-    echo "fuzz: $target FAILED; the input is in fuzz/artifacts/$target/" >&2
-    ls -l "artifacts/$target" >&2 || true
-    exit 1
-  fi
+run_dir() {
+  local dir=$1
+  (
+    cd "$dir"
+    local targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}"
+    cargo +nightly fuzz build
+    for target in $targets; do
+      work="target/ci-corpus/$target"
+      mkdir -p "$work" "corpus/$target"
+      echo "fuzz: $dir/$target for ${FUZZ_SECONDS}s"
+      if ! cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
+        -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1; then
+        echo "fuzz: $target FAILED; the input is in $dir/artifacts/$target/" >&2
+        ls -l "artifacts/$target" >&2 || true
+        exit 1
+      fi
+    done
+  )
+}
+for dir in ${FUZZ_DIRS:-fuzz crates/funnel-server/fuzz}; do
+  run_dir "$dir"
 done
 echo "fuzz: all targets ran ${FUZZ_SECONDS}s without a failure"

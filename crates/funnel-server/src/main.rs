@@ -55,6 +55,31 @@ struct Args {
     /// Do not watch the configuration for changes.
     #[arg(long)]
     no_watch: bool,
+    /// Decide on a time refreshed every <interval> (`250us`, `1ms`; 10us to 1000ms) instead of
+    /// reading the clock per decision: each limit may admit up to one interval's worth of its
+    /// rate more than exact. Not worth it beside a gRPC round trip unless measured.
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_interval)]
+    recent_clock: Option<std::time::Duration>,
+}
+
+/// `<n>us` or `<n>ms`, as the example proxy of funnel-tower reads `--recent-clock`.
+fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    let (digits, unit): (&str, fn(u64) -> std::time::Duration) =
+        if let Some(n) = s.strip_suffix("us") {
+            (n, std::time::Duration::from_micros)
+        } else if let Some(n) = s.strip_suffix("ms") {
+            (n, std::time::Duration::from_millis)
+        } else {
+            return Err(format!("{s:?}: expected <n>us or <n>ms"));
+        };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?}: expected <n>us or <n>ms with a whole number"))?;
+    let d = unit(n);
+    if d < std::time::Duration::from_micros(10) || d > std::time::Duration::from_secs(1) {
+        return Err(format!("{s:?}: the interval must be 10us to 1000ms"));
+    }
+    Ok(d)
 }
 
 fn main() -> ExitCode {
@@ -86,6 +111,7 @@ fn main() -> ExitCode {
         max_keys: args.max_keys.max(1),
         response_headers: args.response_headers,
         watch: !args.no_watch,
+        recent_clock: args.recent_clock,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

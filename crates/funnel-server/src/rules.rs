@@ -234,7 +234,7 @@ impl Registry {
         let t = funnel::Limiter::<str>::builder(q)
             .capacity(1_024.min(self.max_keys))
             .max_capacity(self.max_keys)
-            .clock(self.clock)
+            .clock(self.clock.clone())
             .build()
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Table::Gcra(t)))
@@ -256,7 +256,7 @@ impl Registry {
             None => Ok(Counts::Local(Arc::new(Table::build(
                 limit,
                 self.max_keys,
-                self.clock,
+                self.clock.clone(),
             )?))),
             Some(r) => {
                 if limit.algorithm != Algorithm::Gcra {

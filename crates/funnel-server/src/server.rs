@@ -35,12 +35,21 @@ pub struct Options {
     pub response_headers: bool,
     /// Watch the configuration and reload it.
     pub watch: bool,
+    /// Decide on funnel's recent clock refreshed at this interval instead of reading the
+    /// monotonic clock per decision (`--recent-clock`).
+    pub recent_clock: Option<std::time::Duration>,
 }
 
 /// Runs until SIGTERM or SIGINT; errors only when it cannot start.
 pub async fn run(opts: Options) -> Result<(), String> {
     let config = Config::load(&opts.config).map_err(|e| e.to_string())?;
-    let registry = Registry::new(UnixClock::new(), opts.max_keys, opts.redis.clone());
+    let clock = match opts.recent_clock {
+        None => UnixClock::new(),
+        Some(interval) => {
+            UnixClock::recent(interval).map_err(|e| format!("--recent-clock {interval:?}: {e}"))?
+        }
+    };
+    let registry = Registry::new(clock, opts.max_keys, opts.redis.clone());
     let rules = registry.compile(&config).await?;
     let decider = Arc::new(Decider::new(rules, registry, opts.response_headers));
     decider

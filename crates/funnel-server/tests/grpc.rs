@@ -448,3 +448,19 @@ async fn detailed_metric_and_response_headers() {
         4
     );
 }
+
+#[tokio::test]
+async fn the_recent_clock_keeps_limits_and_bad_intervals_refuse_to_start() {
+    let dir = scratch("grpc-recent");
+    let path = write_config(&dir, "shop.yaml", CONFIG);
+    let s = Server::start(&path, &["--no-watch", "--recent-clock", "500us"]);
+    let mut c = s.client().await;
+    let a = desc(&[("client", "a")]);
+    assert_eq!(admitted(&mut c, "shop", &a, 5).await, 3);
+    for bad in ["0us", "2s", "1.5ms", "fast"] {
+        let err = Server::try_start(&path, &["--no-watch", "--recent-clock", bad])
+            .err()
+            .unwrap_or_else(|| panic!("--recent-clock {bad} started"));
+        assert!(err.contains("recent-clock"), "{bad}: {err}");
+    }
+}

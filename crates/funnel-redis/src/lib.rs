@@ -202,6 +202,11 @@ pub use error::{Error, Failure};
 pub use limiter::RedisLimiter;
 pub use policy::{OnFailure, Stats};
 
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 use funnel::{Decision, Timestamp};
 
 /// How Redis decides (see the crate documentation).

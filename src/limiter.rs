@@ -205,7 +205,7 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// `start_loading` indexed, without hinting them again. On the reference VM, 10 M `u64`
     /// keys allowed: 108-110 ns a decision reading first, 91-95 ns hinting first, 85-90 ns
     /// with the single indexing; 1,000 keys a little faster too; denials within the VM's
-    /// spread (`examples/icount.rs`, `u64clock` mode; docs/DESIGN.md, "Reading the time").
+    /// spread (`crates/lab/examples/icount.rs`, `u64clock` mode; docs/DESIGN.md, "Reading the time").
     #[inline(always)]
     pub(crate) fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
@@ -281,7 +281,7 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
         /// How far ahead the batch hashes keys and prefetches their buckets: enough decisions
         /// in between to cover a memory miss, few enough that the lines are still cached when
         /// their turn comes. At 10 M keys: 21 ns a decision at 32, 26 ns at 16, 35 ns at 8,
-        /// 45 ns at 4 (`examples/icount.rs`, batch mode).
+        /// 45 ns at 4 (`crates/lab/examples/icount.rs`, batch mode).
         const AHEAD: usize = 32;
         /// Below this many bytes in use the table stays in the CPU's caches, and looking ahead
         /// only costs (at 1,000 keys: 9.4 ns a decision with it, 7.7 ns without).
@@ -730,7 +730,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// makes huge pages by compacting memory (its `/sys/kernel/mm/transparent_hugepage/defrag`
     /// setting): on the Intel guest a table of 229 MB took 257-517 ms to build the first time in
     /// a process and 30-36 ms after, against 82-93 ms on small pages
-    /// (`examples/build_time.rs`). A table under 32 MiB may get memory the allocator has used
+    /// (`crates/lab/examples/build_time.rs`). A table under 32 MiB may get memory the allocator has used
     /// before (glibc's dynamic mmap threshold), already on small pages: the kernel then moves it
     /// to huge pages only in the background, if at all, and `Stats::huge_pages` says only that
     /// the advice was taken.
@@ -739,7 +739,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page:
     /// growing from 1,024 slots to 10 M keys on the Intel guest, the slowest request took
     /// 15-21 ms with huge pages against 0.27-0.38 ms without, though the 99.9th percentile
-    /// fell from 17.6-18.8 to 8.9-10.2 µs (three runs each, `examples/growth_latency.rs`); its
+    /// fell from 17.6-18.8 to 8.9-10.2 µs (three runs each, `crates/lab/examples/growth_latency.rs`); its
     /// resident memory also rounds up to 2 MiB. Hence off by default there; ask for it where
     /// lookups matter more than the slowest request while the table grows.
     ///

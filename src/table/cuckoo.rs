@@ -3,7 +3,7 @@
 //! finds room without evicting anybody or growing the table.
 //!
 //! Two-choice placement alone fills about 70% of the slots before some key first finds its 14
-//! candidates full; with one cuckoo step 87–93% (`examples/layouts.rs`, `fill`;
+//! candidates full; with one cuckoo step 87–93% (`crates/lab/examples/layouts.rs`, `fill`;
 //! docs/DESIGN.md, "The table"). The move is the growth's move (`grow/migrate.rs`, `relocate`: the
 //! PENDING target, the sealed source, readers completing a move they find half done), made at
 //! the level in use: its races are argued in docs/DESIGN.md, "Growing", and checked by the

@@ -3,7 +3,7 @@
 //! [`AUTOMATIC_FROM`] bytes or more does): one `madvise(MADV_HUGEPAGE)` over the
 //! buckets' memory before the table first touches it, so that Linux backs it with 2 MiB pages
 //! where it can. A table of many MiB then takes one TLB entry per 2 MiB instead of per 4 KiB, and
-//! a lookup's page walk mostly disappears. Measured with `examples/icount.rs` at 10 M `u64` keys
+//! a lookup's page walk mostly disappears. Measured with `crates/lab/examples/icount.rs` at 10 M `u64` keys
 //! (`ICOUNT_HUGE=1`, BENCHMARKS.md, "Twelfth round"): on an Intel Xeon guest single decisions
 //! took 53.6-54.2 against 62.4-62.6 ns denied and 65.9-69.6 against 74.6-76.2 ns allowed, and
 //! a batch 41-47 against 46-62 ns a key; on the AMD EPYC guest of the earlier figures huge

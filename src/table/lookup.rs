@@ -44,7 +44,7 @@ impl Table {
         // matched. At 10 M keys a denial takes 85-87 -> 71-72 ns and an allowed decision
         // 100-101 -> 79-80 ns, at 1 M keys 60-75 -> 51-54 and 79-87 -> 60-67 ns, although the
         // second bucket's line is wasted whenever the key is in the first; on a cached table it
-        // costs 0-0.3 ns at 1,000 keys (`examples/icount.rs`, `u64` mode; BENCHMARKS.md, "The
+        // costs 0-0.3 ns at 1,000 keys (`crates/lab/examples/icount.rs`, `u64` mode; BENCHMARKS.md, "The
         // keyed hot path"). Gating it on the table's size cost more than that, and a batch,
         // which prefetched these lines already, decides no faster without it (1 M and 10 M
         // keys, `batch` mode).

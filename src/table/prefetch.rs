@@ -7,7 +7,7 @@
 //! 104 ns with plain loads whose values are dropped (those block retirement until the line
 //! arrives, so only a few misses overlap), and about 70-80 ns for single `check_at` calls,
 //! which themselves took 85-101 ns before they prefetched their word lines
-//! (`examples/icount.rs`, the `batch` and `u64` modes, 10,000,000 keys; docs/DESIGN.md).
+//! (`crates/lab/examples/icount.rs`, the `batch` and `u64` modes, 10,000,000 keys; docs/DESIGN.md).
 
 use crate::sync::AtomicU64;
 
@@ -38,7 +38,7 @@ pub(crate) fn prefetch(word: &AtomicU64) {
 /// keys on the Intel Xeon guest a batch of 32 decided in 1,605-1,635 against 1,726-1,825 ns
 /// allowed and 1,342-1,371 against 1,573-1,604 ns denied with every line asked for this way
 /// rather than into the L1, and the same at Zipf 1 M (773-840 against 774-974 ns allowed,
-/// 590-640 against 561-820 denied; `examples/icount.rs`, `batch` mode, alternating builds),
+/// 590-640 against 561-820 denied; `crates/lab/examples/icount.rs`, `batch` mode, alternating builds),
 /// likely because the L1's few fill buffers then no longer limit how many lines are on their
 /// way. Keeping only the tag lines in the L1 request gained less (1,612-1,620 and 1,450-1,471
 /// ns at 10 M), and a non-temporal hint lost (1,886-1,895 and 1,657-1,681 ns). On an AMD EPYC

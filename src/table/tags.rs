@@ -7,7 +7,7 @@
 //! * on x86_64, SSE2 (part of the x86_64 baseline): both tag words in one 16-byte register, one
 //!   byte compare, one `pmovmskb`. Exact, and 8 instructions fewer per lookup than the word
 //!   form: 6.3 -> 5.7 ns a denied `u64` decision on 1,000 keys, 7.6 -> 7.2 ns an allowed one
-//!   (`examples/icount.rs`; docs/DESIGN.md, "The table");
+//!   (`crates/lab/examples/icount.rs`; docs/DESIGN.md, "The table");
 //! * elsewhere, and under loom, the same in word operations (SWAR).
 //!
 //! Bits of the mask stand for slots differently in the two forms; [`slot_of`] reads a bit back,

@@ -65,15 +65,10 @@ OPTIONS:
     --state <path>         keep debts across restarts: load the limits' state from <path> at
                            start (a missing or unusable file: start empty, and say why), and
                            write it there atomically on SIGTERM before exiting
-    --no-limit             forward everything (a baseline for load tests)
     --recent-clock <d>     decide on a time refreshed every <d> (<n>us | <n>ms, 10us to 1000ms)
                            instead of reading the clock per request: saves a few ns a decision,
                            admits up to <d>'s worth of each limit's rate more than exact; not
                            worth it beside an HTTP round trip (see the example's docs)
-    --governor             limit with tower_governor instead of funnel (for load tests): the
-                           first --limit, which must be an `ip` key, as its per-IP quota
-    --governor-headers     as --governor, with tower_governor writing its x-ratelimit-*
-                           headers on every response (its `use_headers` mode)
     -h, --help             this text
 ";
 
@@ -85,10 +80,6 @@ struct Args {
     exempt_paths: Vec<String>,
     shadow: bool,
     report: Report,
-    no_limit: bool,
-    governor: bool,
-    /// `--governor-headers`: tower_governor writing its headers on every response.
-    governor_headers: bool,
     /// `--state`: where the limits' state is loaded from at start and saved on SIGTERM.
     state: Option<std::path::PathBuf>,
     /// `--recent-clock <interval>`.
@@ -105,9 +96,6 @@ fn parse_args() -> Result<Args, String> {
         exempt_paths: Vec::new(),
         shadow: false,
         report: Report::All,
-        no_limit: false,
-        governor: false,
-        governor_headers: false,
         state: None,
         recent_clock: None,
     };
@@ -146,9 +134,6 @@ fn parse_args() -> Result<Args, String> {
             "--legacy-headers" => args.report = Report::Legacy,
             "--closest" => args.report = Report::Closest,
             "--state" => args.state = Some(value("--state")?.into()),
-            "--no-limit" => args.no_limit = true,
-            "--governor" => args.governor = true,
-            "--governor-headers" => args.governor_headers = true,
             "--recent-clock" => {
                 let v = value("--recent-clock")?;
                 args.recent_clock = Some(
@@ -160,8 +145,8 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     args.upstream = upstream.ok_or("--upstream is required (see --help)")?;
-    if args.limits.is_empty() && !args.no_limit {
-        return Err("give at least one --limit, or --no-limit (see --help)".into());
+    if args.limits.is_empty() {
+        return Err("give at least one --limit (see --help)".into());
     }
     Ok(args)
 }
@@ -217,90 +202,6 @@ impl tower_service::Service<Request<Incoming>> for Forward {
             }
         })
     }
-}
-
-type GovernorLayer<M = governor::middleware::NoOpMiddleware> = tower_governor::GovernorLayer<
-    tower_governor::key_extractor::PeerIpKeyExtractor,
-    M,
-    axum::body::Body,
->;
-
-/// tower_governor writing its `x-ratelimit-*` headers on every response (`use_headers`), as
-/// funnel's layer writes its `RateLimit` headers: the like-for-like comparison under load.
-type GovernorHeadersLayer = GovernorLayer<governor::middleware::StateInformationMiddleware>;
-
-/// [`Forward`] answering with axum's body type, the one tower_governor builds its 429 in.
-#[derive(Clone)]
-struct ForwardAxum(Forward);
-
-impl tower_service::Service<Request<Incoming>> for ForwardAxum {
-    type Response = Response<axum::body::Body>;
-    type Error = Infallible;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let fut = tower_service::Service::call(&mut self.0, req);
-        Box::pin(async move { fut.await.map(|r| r.map(axum::body::Body::new)) })
-    }
-}
-
-/// tower_governor with the first `--limit` (an `ip` key) as its per-IP quota: one cell every
-/// emission interval, a burst of the limit; denials answered 429 with `Retry-After`.
-fn governor_layer(args: &Args) -> Result<GovernorLayer, String> {
-    let (interval, burst) = governor_quota(args)?;
-    let config = tower_governor::governor::GovernorConfigBuilder::default()
-        .per_nanosecond(interval)
-        .burst_size(burst)
-        .finish()
-        .ok_or("tower_governor rejected the quota")?;
-    Ok(tower_governor::GovernorLayer::new(config).error_handler(governor_429))
-}
-
-/// [`governor_layer`] with `use_headers`: its headers on every response.
-fn governor_headers_layer(args: &Args) -> Result<GovernorHeadersLayer, String> {
-    let (interval, burst) = governor_quota(args)?;
-    let config = tower_governor::governor::GovernorConfigBuilder::default()
-        .per_nanosecond(interval)
-        .burst_size(burst)
-        .use_headers()
-        .finish()
-        .ok_or("tower_governor rejected the quota")?;
-    Ok(tower_governor::GovernorLayer::new(config).error_handler(governor_429))
-}
-
-/// The first `--limit` (an `ip` key) as tower_governor's emission interval (ns) and burst.
-fn governor_quota(args: &Args) -> Result<(u64, u32), String> {
-    let spec = args.limits.first().ok_or("--governor needs a --limit")?;
-    if !spec.starts_with("ip=") {
-        return Err(format!("--governor takes an `ip=` limit, not {spec:?}"));
-    }
-    let p = parse_limit(spec, &[]).map_err(|e| e.to_string())?;
-    let interval = u64::try_from(p.quota.emission_interval().as_nanos()).unwrap_or(u64::MAX);
-    let burst = u32::try_from(p.quota.limit()).map_err(|_| "burst too large for governor")?;
-    Ok((interval.max(1), burst))
-}
-
-/// tower_governor's error as this proxy's response: 429 with `Retry-After`.
-fn governor_429(e: tower_governor::GovernorError) -> Response<axum::body::Body> {
-    let mut r = Response::new(axum::body::Body::empty());
-    *r.status_mut() = match e {
-        tower_governor::GovernorError::TooManyRequests { wait_time, .. } => {
-            r.headers_mut()
-                .insert(http::header::RETRY_AFTER, wait_time.into());
-            StatusCode::TOO_MANY_REQUESTS
-        }
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    r
 }
 
 fn status(code: StatusCode) -> Response<ProxyBody> {
@@ -369,40 +270,23 @@ async fn main() {
         client: Client::builder(TokioExecutor::new()).build_http(),
         upstream: args.upstream.clone(),
     };
-    let layer = if args.no_limit || args.governor || args.governor_headers {
-        None
-    } else {
-        let clock = match args.recent_clock.map(RecentClock::with_interval) {
-            None => ProxyClock::Exact(QuantaClock::new()),
-            Some(Ok(c)) => ProxyClock::Recent(c),
-            Some(Err(e)) => {
-                eprintln!("proxy: --recent-clock: {e}");
-                std::process::exit(2);
-            }
-        };
-        match builder.build_with_clock(clock) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                eprintln!("proxy: {e}");
-                std::process::exit(2);
-            }
+    let clock = match args.recent_clock.map(RecentClock::with_interval) {
+        None => ProxyClock::Exact(QuantaClock::new()),
+        Some(Ok(c)) => ProxyClock::Recent(c),
+        Some(Err(e)) => {
+            eprintln!("proxy: --recent-clock: {e}");
+            std::process::exit(2);
+        }
+    };
+    let layer = match builder.build_with_clock(clock) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("proxy: {e}");
+            std::process::exit(2);
         }
     };
     // Printed after the line that says where the proxy listens, which comes first.
-    let restored = match (&args.state, &layer) {
-        (Some(path), Some(layer)) => Some(keep_state(path, layer)),
-        _ => None,
-    };
-    let or_exit = |e: String| -> ! {
-        eprintln!("proxy: {e}");
-        std::process::exit(2)
-    };
-    let governor = args
-        .governor
-        .then(|| governor_layer(&args).unwrap_or_else(|e| or_exit(e)));
-    let governor_headers = args
-        .governor_headers
-        .then(|| governor_headers_layer(&args).unwrap_or_else(|e| or_exit(e)));
+    let restored = args.state.as_ref().map(|path| keep_state(path, &layer));
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -412,11 +296,10 @@ async fn main() {
     };
     let local = listener.local_addr().unwrap_or(args.listen);
     eprintln!(
-        "proxy: listening on {local} -> {} ({} limit(s){}{}{})",
+        "proxy: listening on {local} -> {} ({} limit(s){}{})",
         args.upstream,
         args.limits.len(),
         if args.shadow { ", shadow" } else { "" },
-        if args.no_limit { ", no limit" } else { "" },
         args.recent_clock
             .map(|d| format!(", recent clock every {d:?}"))
             .unwrap_or_default()
@@ -437,29 +320,11 @@ async fn main() {
         };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(stream);
-        // Each mode serves with its own service, cloned per request, and inserts the one
-        // extension its limiter reads: nothing else differs between the load test's rows.
-        if let Some(l) = &layer {
-            let tag = move |req: &mut Request<Incoming>| {
-                req.extensions_mut().insert(PeerAddr(peer));
-            };
-            tokio::spawn(serve(io, l.layer(forward.clone()), tag));
-        } else if let Some(g) = &governor {
-            // tower_governor's peer: its `axum` feature reads axum's ConnectInfo.
-            let tag = move |req: &mut Request<Incoming>| {
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-            };
-            tokio::spawn(serve(io, g.layer(ForwardAxum(forward.clone())), tag));
-        } else if let Some(g) = &governor_headers {
-            let tag = move |req: &mut Request<Incoming>| {
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-            };
-            tokio::spawn(serve(io, g.layer(ForwardAxum(forward.clone())), tag));
-        } else {
-            tokio::spawn(serve(io, forward.clone(), |_: &mut Request<Incoming>| {}));
-        }
+        // The layer reads the peer address from the request's extensions.
+        let tag = move |req: &mut Request<Incoming>| {
+            req.extensions_mut().insert(PeerAddr(peer));
+        };
+        tokio::spawn(serve(io, layer.layer(forward.clone()), tag));
     }
 }
 

@@ -4,7 +4,7 @@
 //! The binary is the one cargo builds from `examples/proxy.rs` (`cargo test` builds the
 //! examples before it runs the tests). When it is missing or older than the crate's sources,
 //! as after `cargo test --test proxy`, the test builds it with cargo, into the same target
-//! directory and profile. The proxy stays an example, so hyper, tokio and tower_governor stay
+//! directory and profile. The proxy stays an example, so hyper and tokio stay
 //! dev-dependencies; the library pulls none of them.
 //!
 //! The upstream is a hyper server in this test process that counts the requests reaching it,

@@ -1,4 +1,4 @@
-//! The Zipf sampler of the comparison harness's Zipf workloads and of `examples/icount.rs`.
+//! The Zipf sampler of the comparison harness's Zipf workloads and of `crates/lab/examples/icount.rs`.
 
 use crate::Rng;
 

@@ -499,7 +499,7 @@ mod tests {
     /// belong there at the new level too) makes room as a migration's mover does, by a cuckoo
     /// step, instead of helping the migration chunk after chunk until it ends: before this, such
     /// a creation split the whole old level itself, and at 10 M keys one request took
-    /// 0.13-1.03 s (`examples/growth_latency.rs`).
+    /// 0.13-1.03 s (`crates/lab/examples/growth_latency.rs`).
     #[test]
     fn a_creation_whose_split_candidates_stay_full_does_not_finish_the_migration_itself() {
         // Buckets 5 and 6 recover; keys of 0 or 5 fill 0, keys of 1 or 0 fill 1 (`distinct`: a

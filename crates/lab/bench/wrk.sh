@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Load test of the example proxy under wrk (Debian package), against a fast upstream on
+# Load test of the lab's proxy (examples/loadtest_proxy.rs: funnel-tower's example proxy plus a
+# no-limit baseline and tower_governor modes) under wrk (Debian package), against a fast upstream on
 # loopback: requests/s and latency percentiles with no limiter, with funnel's layer and with
 # tower_governor in the same proxy, the limit set high (every request allowed) and low (almost
 # every request a 429).
 #
-#   bash crates/funnel-tower/bench/wrk.sh                          # 3 rounds of 10 s per row
-#   ROUNDS=5 SECONDS_PER_ROW=10 bash crates/funnel-tower/bench/wrk.sh
-#   ROUNDS=1 SECONDS_PER_ROW=2 bash crates/funnel-tower/bench/wrk.sh   # a quick look
+#   bash crates/lab/bench/wrk.sh                          # 3 rounds of 10 s per row
+#   ROUNDS=5 SECONDS_PER_ROW=10 bash crates/lab/bench/wrk.sh
+#   ROUNDS=1 SECONDS_PER_ROW=2 bash crates/lab/bench/wrk.sh   # a quick look
 #
 # Each round runs every row once, in a rotated order (so no row always follows the same one);
 # the summary gives each row's median and best round over the rounds (a shared host slows whole
@@ -33,9 +34,9 @@ if ! command -v wrk >/dev/null 2>&1; then
   $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
 command -v wrk >/dev/null 2>&1 || { echo "wrk is required and could not be installed" >&2; exit 1; }
-cargo build --release -q -p funnel-tower --example proxy --example upstream
+cargo build --release -q -p funnel-lab --example loadtest_proxy -p funnel-tower --example upstream
 bin="${CARGO_TARGET_DIR:-target}/release/examples"
-lua=crates/funnel-tower/bench/percentiles.lua
+lua=crates/lab/bench/percentiles.lua
 work=$(mktemp -d)
 trap 'kill ${upstream_pid:-} ${proxy_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -58,7 +59,7 @@ start upstream "$bin/upstream" 127.0.0.1:0; upstream_pid=$started_pid; up=$addr
 
 row() {
   local name="$1"; shift
-  start proxy "$bin/proxy" --listen 127.0.0.1:0 --upstream "http://$up" "$@"; proxy_pid=$started_pid
+  start proxy "$bin/loadtest_proxy" --listen 127.0.0.1:0 --upstream "http://$up" "$@"; proxy_pid=$started_pid
   local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" -s "$lua" "http://$addr/")
   kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
   local rps p50 p99 p999 total non2xx
@@ -111,7 +112,7 @@ top() { awk -F'\t' -v n="$1" '$1==n {print $2}' "$work/results" | best; }
 declare -A rps
 declare -A max
 printf '\n### Medians over %d rounds\n\n' "$ROUNDS"
-printf '`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/funnel-tower/bench/wrk.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
+printf '`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/lab/bench/wrk.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
 printf 'wrk -t%s -c%s -d%ss (percentiles from bench/percentiles.lua), one client address; %s; %s CPUs (wrk, proxy and upstream share them); %s\n\n' \
   "$THREADS" "$CONNS" "$DUR" "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown CPU)" "$(nproc)" "$(date -u +%Y-%m-%d)"
 printf '| row | requests/s, median | best round | p50 (µs) | p99 (µs) | p99.9 (µs) | non-2xx |\n|---|---|---|---|---|---|---|\n'

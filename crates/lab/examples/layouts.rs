@@ -2,8 +2,8 @@
 //! two cache lines (tags and fingerprints, then funnel words), against the alternatives.
 //!
 //! ```sh
-//! cargo run --release --example layouts -- fill    # slots in use when a key first finds no room
-//! cargo run --release --example layouts -- probe   # lookups on two layouts, three key streams
+//! cargo run --release -p funnel-lab --example layouts -- fill    # slots in use when a key first finds no room
+//! cargo run --release -p funnel-lab --example layouts -- probe   # lookups on two layouts, three key streams
 //! ```
 //!
 //! * `fill` puts keys that all stay in debt into a table of two-choice buckets (each key to

@@ -2,7 +2,7 @@
 //! (instruction counts do not depend on what else the machine is doing):
 //!
 //! ```sh
-//! cargo build --release --example icount
+//! cargo build --release -p funnel-lab --example icount
 //! valgrind --tool=callgrind --toggle-collect='icount::decide_all' \
 //!     target/release/examples/icount [keys] [rounds] [allow|deny] [u64|str|funnel|batch|u64clock]
 //! valgrind --tool=callgrind --toggle-collect='icount::create_all' \

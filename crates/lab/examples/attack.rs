@@ -3,8 +3,8 @@
 //! multiplexed connection pipelines them), for an allowing mix and two abusive mixes.
 //!
 //! ```sh
-//! cargo run --release -p funnel-redis --example attack            # starts its own redis-server
-//! cargo run --release -p funnel-redis --example attack -- 200000  # requests per row
+//! cargo run --release -p funnel-lab --example attack            # starts its own redis-server
+//! cargo run --release -p funnel-lab --example attack -- 200000  # requests per row
 //! ```
 //!
 //! * Allowing: 10,000 keys, each allowed 1,000 per hour, uniformly: nothing is denied.

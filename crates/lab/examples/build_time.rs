@@ -4,7 +4,7 @@
 //! is on huge pages (`AnonHugePages` of `/proc/self/smaps_rollup`, Linux only).
 //!
 //! ```sh
-//! cargo run --release --example build_time -- [slots, default 12500005] [rounds, default 5]
+//! cargo run --release -p funnel-lab --example build_time -- [slots, default 12500005] [rounds, default 5]
 //! ```
 //!
 //! A fixed table is touched whole when it is built (`Table::with_capacity`), so the build is where

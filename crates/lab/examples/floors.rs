@@ -4,9 +4,9 @@
 //! against the hardware rather than against funnel's code.
 //!
 //! ```sh
-//! cargo run --release --example floors -- cas     # one CAS per step, 1,000 words in cache
-//! cargo run --release --example floors -- loads   # random loads over 512 MB, then a chase
-//! cargo run --release --example floors -- clock   # one clock read per step
+//! cargo run --release -p funnel-lab --example floors -- cas     # one CAS per step, 1,000 words in cache
+//! cargo run --release -p funnel-lab --example floors -- loads   # random loads over 512 MB, then a chase
+//! cargo run --release -p funnel-lab --example floors -- clock   # one clock read per step
 //! ```
 //!
 //! Each line prints nanoseconds per step of a loop that does only that (wall time: it means

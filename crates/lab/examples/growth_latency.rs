@@ -3,8 +3,8 @@
 //! timing every request, and prints the percentiles, the slowest request and the table's counters.
 //!
 //! ```sh
-//! cargo run --release --example growth_latency -- [keys, default 10000000]
-//! GROWTH_HUGE=1 cargo run --release --example growth_latency   # with Builder::huge_pages(true)
+//! cargo run --release -p funnel-lab --example growth_latency -- [keys, default 10000000]
+//! GROWTH_HUGE=1 cargo run --release -p funnel-lab --example growth_latency   # with Builder::huge_pages(true)
 //! ```
 //!
 //! Each request is timed with two `Instant::now()` reads, which add their own cost (about 30 ns

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use funnel::Quota;
-use redis::Value;
 use tokio::sync::Semaphore;
 
 use crate::cache::{DenyCache, Monotonic};
@@ -335,24 +334,4 @@ impl Builder {
             .set_number_of_retries(0);
         Ok(Target::Single(client, config))
     }
-}
-
-/// Whether a `MODULE LIST` reply lists the redis-cell module (`name` `redis-cell`).
-pub(crate) fn lists_redis_cell(reply: &Value) -> bool {
-    let Value::Array(modules) = reply else {
-        return false;
-    };
-    modules.iter().any(|module| {
-        let fields: Vec<&Value> = match module {
-            Value::Array(fields) => fields.iter().collect(),
-            Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
-            _ => return false,
-        };
-        fields.windows(2).any(|pair| {
-            matches!(pair, [Value::BulkString(k), Value::BulkString(v)]
-                if k.as_slice() == b"name" && v.as_slice() == b"redis-cell")
-                || matches!(pair, [Value::SimpleString(k), Value::SimpleString(v)]
-                if k == "name" && v == "redis-cell")
-        })
-    })
 }

@@ -28,6 +28,7 @@
 use std::time::Duration;
 
 use funnel::{Decision, Quota, Timestamp};
+use redis::Value;
 
 use crate::error::Error;
 
@@ -139,6 +140,26 @@ pub(crate) fn decision(
         return Err(bad());
     }
     Ok((decision, r))
+}
+
+/// Whether a `MODULE LIST` reply lists the redis-cell module (`name` `redis-cell`).
+pub(crate) fn lists_redis_cell(reply: &Value) -> bool {
+    let Value::Array(modules) = reply else {
+        return false;
+    };
+    modules.iter().any(|module| {
+        let fields: Vec<&Value> = match module {
+            Value::Array(fields) => fields.iter().collect(),
+            Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => return false,
+        };
+        fields.windows(2).any(|pair| {
+            matches!(pair, [Value::BulkString(k), Value::BulkString(v)]
+                if k.as_slice() == b"name" && v.as_slice() == b"redis-cell")
+                || matches!(pair, [Value::SimpleString(k), Value::SimpleString(v)]
+                if k == "name" && v == "redis-cell")
+        })
+    })
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use funnel::{Quota, Timestamp};
 use redis::{PushKind, Value, VerbatimFormat};
 
 use crate::error::sort;
-use crate::{builder, marker, reply, script};
+use crate::{cell, marker, reply, script};
 
 /// Where an input's reply went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -168,7 +168,7 @@ fn pairs(u: &mut Unstructured<'_>, depth: u32) -> Result<Vec<(Value, Value)>> {
 /// The value as the limiter reads it, and the properties.
 fn check(quota: &Quota, n: u64, cell: bool, sent: Timestamp, value: Value) -> Path {
     // The readings beside a decision: none may panic, whatever they are given.
-    let _ = builder::lists_redis_cell(&value);
+    let _ = cell::lists_redis_cell(&value);
     if let Value::BulkString(bytes) = &value {
         let text = String::from_utf8_lossy(bytes);
         let _ = marker::info_field(&text, "run_id");

@@ -448,7 +448,7 @@ impl RedisLimiter {
             self.remote.sorted(reply, "", generation)
         };
         match tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), list).await {
-            Ok(Ok(value)) => Ok(crate::builder::lists_redis_cell(&value)),
+            Ok(Ok(value)) => Ok(crate::cell::lists_redis_cell(&value)),
             Ok(Err(Sorted::Failure(f))) => Err(Error::Unavailable(f)),
             Ok(Err(Sorted::Error(e))) => Err(e),
             Ok(Err(Sorted::NoScript)) => Ok(false),

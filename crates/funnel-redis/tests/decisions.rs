@@ -2,15 +2,17 @@
 //! server's own times) and against the reference model (at injected times, with the stored
 //! arrival time compared too), exactness across a fleet, and `check_many`.
 
+mod common;
+
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{limiter, GENEROUS};
 use funnel::{Limiter, Quota, Timestamp};
 use funnel_redis::{RedisLimiter, Source};
 use funnel_testkit::model::{Model, ModelQuota};
-use funnel_testkit::redis_limiter::{limiter, GENEROUS};
 use funnel_testkit::redis_server::{inspect, server};
 use funnel_testkit::Rng;
 
@@ -18,7 +20,7 @@ use funnel_testkit::Rng;
 /// server's, which each answer carries), for several quotas and costs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_integers_match_the_in_process_limiter_at_the_servers_times() {
-    let server = server();
+    let Some(server) = server() else { return };
     let quotas = [
         Quota::per_minute(30).unwrap().with_limit(16).unwrap(),
         Quota::per_second(1).unwrap().with_limit(5).unwrap(),
@@ -59,7 +61,7 @@ fn stored_tat_ns(con: &mut redis::Connection, redis_key: &str) -> Option<i128> {
 /// call. Lines the replay format rejects are skipped (the replay parser's own tests cover them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_arithmetic_matches_the_reference_model_on_the_replay_file() {
-    let server = server();
+    let Some(server) = server() else { return };
     let mut con = inspect(&server);
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -121,7 +123,7 @@ async fn the_scripts_arithmetic_matches_the_reference_model_on_the_replay_file()
 /// least 10 s, so no key's real-time TTL runs out during the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_arithmetic_matches_the_reference_model_on_random_requests() {
-    let server = server();
+    let Some(server) = server() else { return };
     let mut con = inspect(&server);
     let quotas = [
         (
@@ -181,7 +183,7 @@ async fn the_scripts_arithmetic_matches_the_reference_model_on_random_requests()
 /// to 50 an hour: exactly 50 admitted in total.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_instances_admits_exactly_the_limit() {
-    let server = server();
+    let Some(server) = server() else { return };
     let quota = Quota::per_hour(1).unwrap().with_limit(50).unwrap();
     let mut fleet = Vec::new();
     for _ in 0..4 {
@@ -213,7 +215,7 @@ async fn a_fleet_of_instances_admits_exactly_the_limit() {
 /// answered without Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_many_decides_a_batch_in_order_in_one_round_trip() {
-    let server = server();
+    let Some(server) = server() else { return };
     let quota = Quota::per_minute(1).unwrap().with_limit(3).unwrap(); // limit 3
     let remote = RedisLimiter::builder(server.url(), quota)
         .timeout(GENEROUS)

@@ -1,17 +1,19 @@
 //! Replies and settings that are errors of their own type, never a policy's guess.
 
+mod common;
+
 use std::time::Duration;
 
+use common::limiter;
 use funnel::Quota;
 use funnel_redis::{Backend, Error, OnFailure, RedisLimiter, Source};
-use funnel_testkit::redis_limiter::limiter;
 use funnel_testkit::redis_server::{inspect, server};
 
 /// A key holding another type is `Error::WrongType`, for `check` and for that key alone in a
 /// `check_many`; the key is left alone, and the other keys of the batch are decided.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_another_type_is_a_typed_error_and_is_left_alone() {
-    let server = server();
+    let Some(server) = server() else { return };
     let l = limiter(&server, Quota::per_second(10).unwrap()).await;
     let mut con = inspect(&server);
     let _: () = redis::cmd("HSET")
@@ -73,7 +75,7 @@ async fn a_bad_url_is_an_invalid_url_error() {
 /// `CellModuleMissing` from the first request when the build could not ask.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cell_backend_without_the_module_is_a_typed_error() {
-    let mut server = server();
+    let Some(mut server) = server() else { return };
     let quota = Quota::per_minute(30).unwrap().with_limit(16).unwrap();
     let probe = limiter(&server, quota).await;
     assert!(!probe.redis_cell_loaded().await.unwrap());
@@ -110,7 +112,7 @@ async fn the_cell_backend_without_the_module_is_a_typed_error() {
 /// `OnFailure::Open` that would be running without a limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_fails_the_build_under_every_policy() {
-    let server = server();
+    let Some(server) = server() else { return };
     let mut con = inspect(&server);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -136,7 +138,7 @@ async fn a_wrong_password_fails_the_build_under_every_policy() {
 /// `Error::WrongType` too, and is left alone: never overwritten, never charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_string_is_a_typed_error_and_is_left_alone() {
-    let server = server();
+    let Some(server) = server() else { return };
     let l = limiter(&server, Quota::per_second(10).unwrap()).await;
     let mut con = inspect(&server);
     for foreign in ["1.5", "-5", "abc", "nan", "inf", "", "1e300"] {
@@ -163,7 +165,7 @@ async fn a_foreign_string_is_a_typed_error_and_is_left_alone() {
 /// admit it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_and_check_many_give_a_foreign_key_the_same_answer_and_counts() {
-    let server = server();
+    let Some(server) = server() else { return };
     let quota = Quota::per_second(10).unwrap();
     let open = || {
         RedisLimiter::builder(server.url(), quota)

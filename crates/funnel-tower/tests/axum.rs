@@ -1,12 +1,14 @@
 //! The layer on an axum router served by `axum::serve` with connect info. The first test runs
 //! the README's snippet, and the last checks that both READMEs show exactly that code.
 
+mod common;
+
 use std::net::SocketAddr;
 
 use axum::routing::get;
 use axum::Router;
+use common::{draft_fields, get_from, member};
 use funnel::Quota;
-use funnel_testkit::tower::{draft_fields, get_from, member};
 use funnel_tower::{KeyBy, RateLimitLayer};
 use http::StatusCode;
 use tokio::net::TcpListener;

@@ -1,14 +1,16 @@
 //! The layer in a real hyper server on loopback, driven by a real HTTP client; the draft's
-//! fields read by a structured-field parser (`funnel_testkit::tower::sf_list`).
+//! fields read by a structured-field parser (`common::sf_list`).
+
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use funnel::clock::ManualClock;
-use funnel::Quota;
-use funnel_testkit::tower::{
+use common::{
     client_from, draft_fields, get, get_from, member, request, send, serve, serve_with, Reply,
 };
+use funnel::clock::ManualClock;
+use funnel::Quota;
 use funnel_tower::{KeyBy, Net, RateLimitLayer, Report};
 use http::{Method, StatusCode};
 

@@ -10,6 +10,8 @@
 //! The upstream is a hyper server in this test process that counts the requests reaching it,
 //! so the tests see what the proxy forwarded, not only what it answered.
 
+mod common;
+
 use std::io::BufRead as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -19,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use funnel_testkit::tower::{client_from, draft_fields, member, request, send, Reply};
+use common::{client_from, draft_fields, member, request, send, Reply};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;

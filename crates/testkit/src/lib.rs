@@ -8,15 +8,14 @@
 //! * `fuzz` (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
 //!   replay test;
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
-//!   them) for funnel-redis's tests and example and the harness's Redis rows;
-//! * [`redis_limiter`] (feature `redis`): a funnel-redis limiter with a generous timeout, for
-//!   funnel-redis's tests;
-//! * `tower` (feature `tower`): funnel-tower's HTTP test support: a loopback server around a
-//!   layer, a client, and the RateLimit header fields parsed;
+//!   them) for funnel-redis's tests, the lab's `attack` and the harness's Redis rows, and the
+//!   Redis-backed tests' skip when `redis-server` is not installed;
+//! * [`skip`] (feature `redis`): a test skipped visibly, with a count at exit;
 //! * [`zipf`]: the Zipf sampler (YCSB's) of the harness's and `icount`'s Zipf key streams;
 //! * `workload` (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
-//! Not published; not part of the library.
+//! Not published; not part of the library. It depends on no crate it tests but funnel itself:
+//! funnel-tower's and funnel-redis's own test support lives in their `tests/common`.
 
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
@@ -24,12 +23,10 @@ pub mod memory;
 pub mod model;
 pub mod mutex_map;
 #[cfg(feature = "redis")]
-pub mod redis_limiter;
-#[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod rng;
-#[cfg(feature = "tower")]
-pub mod tower;
+#[cfg(feature = "redis")]
+pub mod skip;
 #[cfg(feature = "bench")]
 pub mod workload;
 pub mod zipf;

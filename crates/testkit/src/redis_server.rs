@@ -367,10 +367,37 @@ fn is_executable(p: &Path) -> bool {
     }
 }
 
-/// A private server for a test: the tests that need Redis fail (never skip) without
-/// `redis-server`, with the reason and how to install it.
-pub fn server() -> RedisServer {
-    RedisServer::start().unwrap_or_else(|e| panic!("{e}"))
+/// Why a Redis-backed test is skipped.
+const NOT_INSTALLED: &str = "redis-server is not on PATH (apt-get install redis-server)";
+
+/// Whether a Redis-backed test can run here: `redis-server` is on `PATH`. When it is not, the
+/// test is skipped ([`skip`](crate::skip::skip): it says so, and is counted), or fails under
+/// `FUNNEL_REQUIRE_REDIS=1`.
+pub fn available_or_skip() -> bool {
+    if RedisServer::binary().is_some() {
+        return true;
+    }
+    crate::skip::skip(NOT_INSTALLED);
+    false
+}
+
+/// A private server for a test, or `None` when the test is skipped ([`available_or_skip`]);
+/// panics when an installed server does not start.
+pub fn server() -> Option<RedisServer> {
+    server_with(&[])
+}
+
+/// [`server`] with further command-line arguments.
+pub fn server_with(args: &[&str]) -> Option<RedisServer> {
+    available_or_skip().then(|| RedisServer::start_with(args).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A private cluster of `masters` nodes for a test, or `None` when the test is skipped
+/// ([`available_or_skip`]); panics when an installed server's cluster does not form.
+pub fn cluster(masters: usize) -> Option<RedisCluster> {
+    available_or_skip().then(|| {
+        RedisCluster::start(masters).unwrap_or_else(|e| panic!("a {masters}-master cluster: {e}"))
+    })
 }
 
 /// A blocking connection for a test's own inspection of `server`; panics when it cannot

@@ -1,11 +1,14 @@
 //! A funnel-redis limiter for the tests that are not about timeouts or failure policies.
 
+// Each test binary includes this module and uses part of it.
+#![allow(dead_code)]
+
 use std::time::Duration;
 
 use funnel::Quota;
 use funnel_redis::RedisLimiter;
 
-use crate::redis_server::RedisServer;
+use funnel_testkit::redis_server::RedisServer;
 
 /// A timeout no healthy loopback round trip comes near, for the tests that are not about
 /// timeouts.

@@ -2,6 +2,9 @@
 //! can send from any 127.0.0.0/8 address, and the draft's header fields read with an RFC 8941 /
 //! RFC 9651 structured-field parser (`sfv`), not by hand.
 
+// Each test binary includes this module and uses part of it.
+#![allow(dead_code)]
+
 use std::convert::Infallible;
 use std::future::Ready;
 use std::net::{IpAddr, SocketAddr};

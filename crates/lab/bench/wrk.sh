@@ -34,7 +34,7 @@ if ! command -v wrk >/dev/null 2>&1; then
   $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
 command -v wrk >/dev/null 2>&1 || { echo "wrk is required and could not be installed" >&2; exit 1; }
-cargo build --release -q -p funnel-lab --example loadtest_proxy --example upstream
+cargo build --release -q -p funnel-lab --example loadtest_proxy -p funnel-tower --example upstream
 bin="${CARGO_TARGET_DIR:-target}/release/examples"
 lua=crates/lab/bench/percentiles.lua
 work=$(mktemp -d)

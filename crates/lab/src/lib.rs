@@ -9,8 +9,8 @@
 //! * `build_time`: how long a fixed table takes to build, on huge and small pages;
 //! * `attack`: funnel-redis's deny cache under an abusive mix (starts its own `redis-server`);
 //! * `loadtest_proxy`: funnel-tower's example proxy with a no-limit baseline and
-//!   tower_governor modes, and `upstream`, a server that answers `200 ok` to everything: the
-//!   two processes `bench/wrk.sh` puts under wrk.
+//!   tower_governor modes, which `bench/wrk.sh` puts under wrk in front of funnel-tower's
+//!   example upstream.
 //!
 //! Each example's documentation gives its command, e.g.
 //! `cargo run --release -p funnel-lab --example floors -- cas`.

@@ -1,6 +1,6 @@
 //! A fast upstream for load tests: answers every request `200 ok`.
 //!
-//! `cargo run --release -p funnel-lab --example upstream -- 127.0.0.1:9000` (port 0 picks a
+//! `cargo run --release -p funnel-tower --example upstream -- 127.0.0.1:9000` (port 0 picks a
 //! free one; the address listened on is printed to stderr)
 
 use bytes::Bytes;

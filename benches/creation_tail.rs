@@ -1,5 +1,5 @@
 //! Tail latency of creating keys under oversubscription: 64 threads on however many
-//! cores the machine has (2 on the reference VM) each create fresh keys in one shared limiter,
+//! cores the machine has each create fresh keys in one shared limiter,
 //! timing every call. A creator that holds a creation lock can be preempted, and every other
 //! creator of a key behind the same lock then waits for the scheduler to run it again; the
 //! p99.9 shows how often that happens.

@@ -128,18 +128,17 @@ impl<C: Clock + ?Sized> Clock for &C {
 /// The default clock.
 pub type DefaultClock = QuantaClock;
 
-/// The default clock: [`quanta`]'s TSC-based clock (about 9 ns a read here against about
-/// 21 ns for `Instant::now()`; `cargo bench --bench paths -- paths/clock`), counted from one
-/// origin shared by every `QuantaClock` of the process: when the first one was built. Times
+/// The default clock: [`quanta`]'s TSC-based clock (cheaper to read than `Instant::now()`:
+/// `cargo bench --bench paths -- paths/clock`), counted from one origin shared by every `QuantaClock` of the process: when the first one was built. Times
 /// read from any two of them (so from any two limiters on the default clock) agree.
 ///
 /// quanta decides whether the TSC can be trusted (an invariant TSC) and calibrates it against
 /// the operating system's monotonic clock. Where it chose the TSC on x86_64, this clock then
 /// reads the TSC itself, inline, and scales it with quanta's calibration (one multiply), rather
 /// than through quanta's out-of-line `raw()` call: the same counter and the same calibration
-/// (the two agree to the nanosecond). Read alone, both take the `rdtsc`'s 9 ns; inside a keyed
-/// decision the inline read costs about 2 ns less on the reference machine (docs/DESIGN.md,
-/// "Reading the time"). Elsewhere it reads through quanta.
+/// (the two agree to the nanosecond). Read alone, both cost the `rdtsc`; inside a keyed
+/// decision the inline read is cheaper, as the call and quanta's 128-bit conversion go
+/// (docs/DESIGN.md, "Reading the time"). Elsewhere it reads through quanta.
 ///
 /// On hosts whose cores' TSCs are not synchronised quanta can step back slightly between
 /// cores; the arithmetic turns that into a stricter decision, never a looser one. Use

@@ -202,10 +202,8 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// A request of `n` units for `key` under `quota`, now. The key's bucket lines start
     /// loading before the clock is read: the read (`rdtsc` on x86_64) holds back the loads
     /// that follow it, so issued first they overlap it. The lookup then uses the buckets
-    /// `start_loading` indexed, without hinting them again. On the reference VM, 10 M `u64`
-    /// keys allowed: 108-110 ns a decision reading first, 91-95 ns hinting first, 85-90 ns
-    /// with the single indexing; 1,000 keys a little faster too; denials within the VM's
-    /// spread (`crates/lab/examples/icount.rs`, `u64clock` mode; docs/DESIGN.md, "Reading the time").
+    /// `start_loading` indexed, without hinting them again (docs/DESIGN.md, "Reading the
+    /// time", says why and what was measured against it).
     #[inline(always)]
     pub(crate) fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
@@ -243,10 +241,8 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     ///
     /// For callers that hold many keys at once: an event loop draining a socket batch, a log
     /// replayer, a gateway checking every request of a pipeline. Longer batches go faster on
-    /// a table larger than the caches, since the look-ahead starts again with each call: on
-    /// the reference machine, a million Zipf-distributed keys took about 16 ns a decision in
-    /// calls of 32 keys, 14.5 ns in calls of 64 and 12.5 ns in calls of 4,096 (BENCHMARKS.md,
-    /// "Batch size"). On a table that fits the caches the batch decides key by key.
+    /// a table larger than the caches, since the look-ahead starts again with each call. On a
+    /// table that fits the caches the batch decides key by key.
     ///
     /// # Examples
     ///
@@ -280,18 +276,16 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     ) {
         /// How far ahead the batch hashes keys and prefetches their buckets: enough decisions
         /// in between to cover a memory miss, few enough that the lines are still cached when
-        /// their turn comes. At 10 M keys: 21 ns a decision at 32, 26 ns at 16, 35 ns at 8,
-        /// 45 ns at 4 (`crates/lab/examples/icount.rs`, batch mode).
+        /// their turn comes (a shorter look-ahead was slower on tables beyond the caches).
         const AHEAD: usize = 32;
         /// Below this many bytes in use the table stays in the CPU's caches, and looking ahead
-        /// only costs (at 1,000 keys: 9.4 ns a decision with it, 7.7 ns without).
+        /// only costs.
         const CACHED: usize = 1 << 20;
         let home = |key: &B| self.table.home(self.hasher.hash(key.borrow()));
         out.reserve(keys.len());
         if self.table.memory_bytes() < CACHED {
             // A loop of pushes rather than `extend` over a map, whose compiled loop read `now`
-            // through the closure and kept the vector's length in memory: 123 instead of 134
-            // instructions a key (BENCHMARKS.md, "Fifteenth round").
+            // through the closure and kept the vector's length in memory.
             for key in keys {
                 out.push(self.decide_at(key.borrow(), quota, 1, now));
             }
@@ -720,27 +714,20 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// nothing.
     ///
     /// Why: a table larger than what the CPU's TLB covers with 4 KiB pages (a few MiB) takes a
-    /// page walk on most lookups of keys spread over it. On an Intel Xeon guest huge pages took
-    /// about 5% off single decisions on a table of 11.4 MB and about 10% on tables of 23 MB to
-    /// 229 MB (1 M to 10 M keys), and 10-32% off `check_batch` at 10 M keys; on an AMD EPYC
-    /// guest 4-6% at 10 M keys (BENCHMARKS.md, "Twelfth round" and "Seventeenth round", which
-    /// also says why an AMD figure of "nothing measurable" was withdrawn). A fixed
-    /// table is touched whole when it is built, so the kernel finds its huge pages then, and
-    /// its resident memory is the same either way. The build may take longer while the kernel
-    /// makes huge pages by compacting memory (its `/sys/kernel/mm/transparent_hugepage/defrag`
-    /// setting): on the Intel guest a table of 229 MB took 257-517 ms to build the first time in
-    /// a process and 30-36 ms after, against 82-93 ms on small pages
-    /// (`crates/lab/examples/build_time.rs`). A table under 32 MiB may get memory the allocator has used
+    /// page walk on most lookups of keys spread over it; with huge pages single decisions and
+    /// batches on such tables were faster, and never slower (docs/DESIGN.md, "The table"). A
+    /// fixed table is touched whole when it is built, so the kernel finds its huge pages then,
+    /// and its resident memory is the same either way. The first build in a process may take
+    /// longer while the kernel makes huge pages by compacting memory (its
+    /// `/sys/kernel/mm/transparent_hugepage/defrag` setting). A table under 32 MiB may get memory the allocator has used
     /// before (glibc's dynamic mmap threshold), already on small pages: the kernel then moves it
     /// to huge pages only in the background, if at all, and `Stats::huge_pages` says only that
     /// the advice was taken.
     ///
     /// A growable table touches its pages as it grows, in the requests that move keys, and
-    /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page:
-    /// growing from 1,024 slots to 10 M keys on the Intel guest, the slowest request took
-    /// 15-21 ms with huge pages against 0.27-0.38 ms without, though the 99.9th percentile
-    /// fell from 17.6-18.8 to 8.9-10.2 µs (three runs each, `crates/lab/examples/growth_latency.rs`); its
-    /// resident memory also rounds up to 2 MiB. Hence off by default there; ask for it where
+    /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page,
+    /// which made the slowest request of a growth far slower even though most requests got
+    /// faster; its resident memory also rounds up to 2 MiB. Hence off by default there; ask for it where
     /// lookups matter more than the slowest request while the table grows.
     ///
     /// # Examples

@@ -57,8 +57,8 @@ impl Table {
     /// hold the keys leaving them, and look full).
     // Out of line, and given the fingerprint only: inlined into `create`, or given the
     // creator's `Home` by reference, it slowed every creation of the comparison harness's churn
-    // workload (a flood of new keys) by 13-22%, called or not. Its test of how full the table
-    // is stays inline: behind the call it cost such a flood 2 ns more a key.
+    // workload (a flood of new keys), called or not. Its test of how full the table is stays
+    // inline: behind the call it slowed such a flood (`cargo bench --bench paths -- paths/evict`).
     #[cold]
     #[inline(never)]
     pub(super) fn make_room_for<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) -> bool {

@@ -41,13 +41,10 @@ impl Table {
         let probe = self.probe(home);
         // Start loading the funnel words' lines now, so that on a table larger than the caches
         // their misses overlap the tag lines' instead of following them once the tags have
-        // matched. At 10 M keys a denial takes 85-87 -> 71-72 ns and an allowed decision
-        // 100-101 -> 79-80 ns, at 1 M keys 60-75 -> 51-54 and 79-87 -> 60-67 ns, although the
-        // second bucket's line is wasted whenever the key is in the first; on a cached table it
-        // costs 0-0.3 ns at 1,000 keys (`crates/lab/examples/icount.rs`, `u64` mode; BENCHMARKS.md, "The
-        // keyed hot path"). Gating it on the table's size cost more than that, and a batch,
-        // which prefetched these lines already, decides no faster without it (1 M and 10 M
-        // keys, `batch` mode).
+        // matched: worth it on tables beyond the caches although the second bucket's line is
+        // wasted whenever the key is in the first, and next to nothing on a cached table
+        // (docs/DESIGN.md, "The table"). Gating it on the table's size cost more than the hint,
+        // and a batch, which prefetched these lines already, decides no faster without it.
         // Off x86_64 no hint (`prefetch::hint` says why).
         prefetch::hint(&probe.first.words[0]);
         prefetch::hint(&probe.second.words[0]);

@@ -229,10 +229,7 @@ impl Table {
     /// decides each key at the home of the moment, as single calls do.
     ///
     /// It repeats `home`'s growable arm rather than sharing a helper with it: with both calling
-    /// one `candidates` function the compiled hot path took 2 instructions more a decision
-    /// (`valgrind --tool=callgrind --toggle-collect='icount::decide_all'
-    /// target/release/examples/icount 1000 2 allow u64clock`: 266.77 M against 262.49 M) and
-    /// the batch 4 more a key.
+    /// one `candidates` function the compiled hot path and the batch both got longer.
     #[inline(always)]
     pub(crate) fn rehome(&self, home: &Home) -> Home {
         match &self.shape {

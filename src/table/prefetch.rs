@@ -2,12 +2,11 @@
 //! that a batch of lookups overlaps the memory misses of different keys, and a single lookup
 //! the misses of its own lines (the funnel words' line with the tags').
 //!
-//! One of the crate's few `unsafe` blocks. It buys a measured win: at 10 M keys,
-//! `check_batch_at` decided in about 20 ns a key with a prefetch instruction against about
-//! 104 ns with plain loads whose values are dropped (those block retirement until the line
-//! arrives, so only a few misses overlap), and about 70-80 ns for single `check_at` calls,
-//! which themselves took 85-101 ns before they prefetched their word lines
-//! (`crates/lab/examples/icount.rs`, the `batch` and `u64` modes, 10,000,000 keys; docs/DESIGN.md).
+//! One of the crate's few `unsafe` blocks. It buys a measured win on tables beyond the caches:
+//! `check_batch_at` decided several times faster with a prefetch instruction than with plain
+//! loads whose values are dropped (those block retirement until the line arrives, so only a
+//! few misses overlap), and single `check_at` calls got faster once they prefetched their
+//! word lines (docs/DESIGN.md, "The table").
 
 use crate::sync::AtomicU64;
 
@@ -34,22 +33,14 @@ pub(crate) fn prefetch(word: &AtomicU64) {
 }
 
 /// Starts loading the cache line holding `word` for a decision some way ahead: into the L2
-/// cache and below, not the L1 (`_MM_HINT_T1`). What a batch's look-ahead asks for. At 10 M
-/// keys on the Intel Xeon guest a batch of 32 decided in 1,605-1,635 against 1,726-1,825 ns
-/// allowed and 1,342-1,371 against 1,573-1,604 ns denied with every line asked for this way
-/// rather than into the L1, and the same at Zipf 1 M (773-840 against 774-974 ns allowed,
-/// 590-640 against 561-820 denied; `crates/lab/examples/icount.rs`, `batch` mode, alternating builds),
-/// likely because the L1's few fill buffers then no longer limit how many lines are on their
-/// way. Keeping only the tag lines in the L1 request gained less (1,612-1,620 and 1,450-1,471
-/// ns at 10 M), and a non-temporal hint lost (1,886-1,895 and 1,657-1,681 ns). On an AMD EPYC
-/// guest (family 25, model 17; 1 MiB L2 a core, 32 MiB L3) the difference is far larger: at
-/// 10 M keys a batch of 32 took 718-846 ns with this hint against 1,996-2,475 ns with
-/// `_MM_HINT_T0` (about 24 against 67 ns a key, allowed and denied together, four rounds of
-/// alternating builds); at Zipf 1 M, whose table fits that L3, 507-587 against 535-649 ns
-/// (two rounds).
+/// cache and below, not the L1 (`_MM_HINT_T1`). What a batch's look-ahead asks for: on tables
+/// beyond the caches a batch decided faster with every line asked for this way than into the
+/// L1, on every machine measured, and no slower where the table fits the L3 (alternating
+/// builds; docs/DESIGN.md, "The table"), likely because the L1's few fill buffers then
+/// no longer limit how many lines are on their way. Keeping only the tag lines in the L1
+/// request gained less, and a non-temporal hint lost.
 /// A single lookup's [`hint`] keeps `_MM_HINT_T0`: with `_MM_HINT_T1` there, single
-/// decisions on that AMD guest were no faster (Zipf 1 M 48-54 against 42-48 ns, 10 M 86-104
-/// against 71-89 ns).
+/// decisions were no faster.
 #[inline(always)]
 pub(crate) fn ahead(word: &AtomicU64) {
     #[cfg(all(target_arch = "x86_64", not(funnel_loom)))]

@@ -5,9 +5,8 @@
 //! empty slot matches no key. The match has two forms, which give the same candidates:
 //!
 //! * on x86_64, SSE2 (part of the x86_64 baseline): both tag words in one 16-byte register, one
-//!   byte compare, one `pmovmskb`. Exact, and 8 instructions fewer per lookup than the word
-//!   form: 6.3 -> 5.7 ns a denied `u64` decision on 1,000 keys, 7.6 -> 7.2 ns an allowed one
-//!   (`crates/lab/examples/icount.rs`; docs/DESIGN.md, "The table");
+//!   byte compare, one `pmovmskb`. Exact, and shorter than the word form on every lookup
+//!   (docs/DESIGN.md, "The table");
 //! * elsewhere, and under loom, the same in word operations (SWAR).
 //!
 //! Bits of the mask stand for slots differently in the two forms; [`slot_of`] reads a bit back,
@@ -76,8 +75,8 @@ mod sse2 {
 /// the second bit `8i + 3`. It uses the short zero-byte test `(x - 0x01..) & !x & 0x80..` on
 /// `tags ^ tag * 0x0101..`, which flags every byte equal to `tag` and can also flag a byte
 /// `tag ^ 1` sitting above a true match (a borrow travelling up), never below one, so the lowest
-/// bit set is always a true match. The exact test costs about twice the instructions for no
-/// change in any answer.
+/// bit set is always a true match. The exact test is about twice as long for no change in any
+/// answer.
 #[cfg(any(test, not(all(target_arch = "x86_64", not(funnel_loom)))))]
 mod swar {
     use super::super::SLOTS_PER_BUCKET;

@@ -68,7 +68,7 @@ impl Table {
         // meanwhile, so it reads the key's move count before any lookup (`moves.rs`). A
         // request that would create its key finds out under the creation lock instead.
         let before = write.is_none().then(|| self.moves_before(fp));
-        // A key no slot is tagged for is absent: skip the full lookup the first time round (a
+        // A key no slot is tagged for is absent: skip the full lookup the first time (a
         // new key's common case; the creation below looks again under the lock, exactly).
         let mut look = !self.untagged(fp);
         loop {

@@ -28,8 +28,8 @@ pub use sliding::{SlidingWindow, SlidingWindowQuota};
 /// decides again on the value found. `step(value)` returns the decision and the value to store
 /// (`None`: nothing to write, as for a denial or a peek, which then costs one load). The same
 /// loop as [`Funnel`](crate::Funnel)'s, which keeps its own: through this function its denial
-/// compiled to a loop one instruction longer, 1.03 against 0.94-0.98 ns with the caller's time
-/// (`cargo bench --bench funnel -- 'deny/caller-time/funnel'`, two runs of each build).
+/// compiled to a longer loop, measurably slower with the caller's time
+/// (`cargo bench --bench funnel -- 'deny/caller-time/funnel'`).
 #[inline(always)]
 fn update(word: &AtomicU64, step: impl Fn(u64) -> (Decision, Option<u64>)) -> Decision {
     // Relaxed throughout: the word publishes no other memory, and every decision is linearised

@@ -349,7 +349,7 @@ pub fn publish(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `20261121T213000Z`: the run's UTC start time.
+/// The run's UTC start time as `YYYYMMDDTHHMMSSZ`.
 fn run_id() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)

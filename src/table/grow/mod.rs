@@ -280,8 +280,8 @@ impl Table {
     }
 
     /// [`help_before_creating`](Self::help_before_creating) in a growable table. Out of line: a
-    /// fixed table's flood of new keys (`paths/evict`) took 1 ns more a key with this inlined
-    /// into its slow path. Not under loom: the reserve is a policy, and reading its counters
+    /// fixed table's flood of new keys (`cargo bench --bench paths -- paths/evict`) was slower
+    /// with this inlined into its slow path. Not under loom: the reserve is a policy, and reading its counters
     /// would only multiply the models' interleavings.
     #[inline(never)]
     fn help_growing<Q: Meter>(&self, g: &Growth, fp: u64, now: u64, quota: &Q) {

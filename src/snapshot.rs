@@ -19,9 +19,10 @@
 //! | 88 | 16 `n` | per key: its fingerprint, its debt at the save in ns |
 //! | 88 + 16 `n` | 8 | FNV-1a (64 bits) of every byte before it |
 
-use std::fs::File;
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::Error;
@@ -35,6 +36,9 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const FUNNEL: u32 = 1;
 /// Bytes before the keys.
 const HEADER: usize = 88;
+/// A counter that makes each temporary file's name unique within the process
+/// ([`Snapshot::write_atomically`]).
+static TEMPORARY: AtomicU64 = AtomicU64::new(0);
 
 /// A keyed limiter's saved state, read and checked: every tracked key's fingerprint and its
 /// debt at the save, the quota it was saved under, the key hasher's seed and the wall-clock
@@ -161,6 +165,73 @@ impl Snapshot {
     /// As [`read`](Self::read); a file that cannot be opened is [`Error::SnapshotIo`].
     pub fn read_from(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
         Snapshot::read(File::open(path).map_err(io_error)?)
+    }
+
+    /// Writes `bytes` to the file at `path` atomically: they go to a new file in the same
+    /// directory (readable and writable by its owner only, on Unix), which is flushed to disk
+    /// and then renamed over `path`, and the directory is flushed too. A crash at any moment
+    /// leaves either the old file or the new one, never a part of one.
+    ///
+    /// [`Limiter::save_to`](crate::Limiter::save_to) writes a saved state this way; a crate
+    /// that keeps several saved states in one file of its own (funnel-tower's layer state,
+    /// one table per policy) writes that file with it too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SnapshotIo`] when `path` names no file, or the file cannot be written,
+    /// flushed or renamed (the temporary file is then removed, and `path` left as it was).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{Limiter, Quota, Snapshot};
+    ///
+    /// let limiter = Limiter::<str>::new(Quota::per_minute(1)?);
+    /// assert!(limiter.check("abuser").is_allowed());
+    /// let mut state = Vec::new();
+    /// limiter.save(&mut state)?;
+    ///
+    /// let path = std::env::temp_dir().join(format!("funnel-doc-{}.state", std::process::id()));
+    /// Snapshot::write_atomically(&path, &state)?;
+    /// assert_eq!(Snapshot::read_from(&path)?.len(), 1);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    pub fn write_atomically(path: impl AsRef<Path>, bytes: &[u8]) -> Result<(), Error> {
+        let path = path.as_ref();
+        let name = path.file_name().ok_or_else(|| Error::SnapshotIo {
+            kind: io::ErrorKind::InvalidInput,
+            message: format!("{} names no file", path.display()),
+        })?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let mut temporary = name.to_owned();
+        // Relaxed: only uniqueness matters.
+        let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
+        temporary.push(format!(".{}.{n}.tmp", std::process::id()));
+        let temporary = dir.join(temporary);
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let written = options.open(&temporary).and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()?;
+            fs::rename(&temporary, path)
+        });
+        if let Err(e) = written {
+            let _ = fs::remove_file(&temporary);
+            return Err(io_error(e));
+        }
+        // The rename is durable once the directory is (on Unix; elsewhere a directory cannot
+        // be opened as a file, and the rename is as durable as the platform makes it).
+        #[cfg(unix)]
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error)?;
+        Ok(())
     }
 
     /// Keys in the saved state (every key that was in debt when it was saved).

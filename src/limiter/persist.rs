@@ -4,11 +4,9 @@
 //! any process; a window counter's state is a count in a window numbered from its process's
 //! clock origin, which another process's windows do not line up with.
 
-use std::fs::{self, File, OpenOptions};
 use std::hash::Hash;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Builder, Limiter};
@@ -16,7 +14,7 @@ use crate::clock::Clock;
 use crate::error::Error;
 use crate::hasher::KeyHash;
 use crate::quota::Quota;
-use crate::snapshot::{io_error, key_type, Snapshot, FUNNEL};
+use crate::snapshot::{key_type, Snapshot, FUNNEL};
 
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     /// Writes every tracked key's debt to `w`, with the quota, the key hasher's seed and the
@@ -71,8 +69,8 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     /// [`save`](Self::save)s to the file at `path`, atomically: the state goes to a new file
     /// in the same directory (readable and writable by its owner only, on Unix), which is
     /// flushed to disk and then renamed over `path`, and the directory is flushed too. A crash
-    /// at any moment leaves either the old file or the new one, never a part of one. Returns
-    /// the number of keys written.
+    /// at any moment leaves either the old file or the new one, never a part of one
+    /// ([`Snapshot::write_atomically`]). Returns the number of keys written.
     ///
     /// # Errors
     ///
@@ -80,7 +78,9 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     /// temporary file is then removed, and `path` left as it was).
     pub fn save_to(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
         let snapshot = self.snapshot();
-        write_atomically(path.as_ref(), |file| snapshot.write(file))?;
+        let mut bytes = Vec::new();
+        snapshot.write(&mut bytes)?;
+        Snapshot::write_atomically(path, &bytes)?;
         Ok(snapshot.len())
     }
 
@@ -197,47 +197,4 @@ pub(super) fn load<K: ?Sized, C: Clock, Q: crate::meter::Meter>(
             (tat > current).then_some(tat)
         });
     }
-}
-
-/// A counter that makes each temporary file's name unique within the process.
-static TEMPORARY: AtomicU64 = AtomicU64::new(0);
-
-/// Writes a file at `path` through a temporary file in the same directory, flushed, renamed
-/// over `path`, and the directory flushed: the file is either the old one or the whole new one.
-fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&mut File) -> Result<(), Error>,
-) -> Result<(), Error> {
-    let name = path.file_name().ok_or_else(|| Error::SnapshotIo {
-        kind: std::io::ErrorKind::InvalidInput,
-        message: format!("{} names no file", path.display()),
-    })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut temporary = name.to_owned();
-    // Relaxed: only uniqueness matters.
-    let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
-    temporary.push(format!(".{}.{n}.tmp", std::process::id()));
-    let temporary = dir.join(temporary);
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&temporary).map_err(io_error)?;
-    let written = write(&mut file)
-        .and_then(|()| file.sync_all().map_err(io_error))
-        .and_then(|()| fs::rename(&temporary, path).map_err(io_error));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temporary);
-        return Err(e);
-    }
-    // The rename is durable once the directory is (on Unix; elsewhere a directory cannot be
-    // opened as a file, and the rename is as durable as the platform makes it).
-    #[cfg(unix)]
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error)?;
-    Ok(())
 }

@@ -9,10 +9,9 @@
 //! every byte before it.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use funnel::{Clock, Limiter, Snapshot};
@@ -58,9 +57,10 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
         Ok(keys)
     }
 
-    /// [`save_state`](Self::save_state) to the file at `path`, atomically: a new file in the
-    /// same directory (owner-only on Unix), flushed to disk, renamed over `path`, and the
-    /// directory flushed; a crash leaves the old file or the new one, never part of one.
+    /// [`save_state`](Self::save_state) to the file at `path`, atomically
+    /// (`funnel::Snapshot::write_atomically`): a new file in the same directory (owner-only on
+    /// Unix), flushed to disk, renamed over `path`, and the directory flushed; a crash leaves
+    /// the old file or the new one, never part of one.
     ///
     /// # Errors
     ///
@@ -68,7 +68,7 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
     /// left as it was).
     pub fn save_state_to(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
         let (bytes, keys) = self.state()?;
-        write_atomically(path.as_ref(), &bytes)?;
+        Snapshot::write_atomically(path, &bytes).map_err(Error::State)?;
         Ok(keys)
     }
 
@@ -238,47 +238,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     })
-}
-
-/// Makes each temporary file's name unique within the process.
-static TEMPORARY: AtomicU64 = AtomicU64::new(0);
-
-/// Writes `bytes` at `path` through a temporary file in the same directory, flushed, renamed
-/// over `path`, and the directory flushed.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let name = path.file_name().ok_or_else(|| {
-        io_error(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{} names no file", path.display()),
-        ))
-    })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut temporary = name.to_owned();
-    // Relaxed: only uniqueness matters.
-    let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
-    temporary.push(format!(".{}.{n}.tmp", std::process::id()));
-    let temporary = dir.join(temporary);
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let written = options.open(&temporary).and_then(|mut file| {
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temporary, path)
-    });
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temporary);
-        return Err(io_error(e));
-    }
-    #[cfg(unix)]
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error)?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -7,152 +7,13 @@
 //! Loopback has a whole /8: the tests connect from 127.0.0.1 (a client), 127.0.0.2 (the one
 //! trusted proxy, `--trust 127.0.0.2`) and 127.0.0.3 (another client).
 
-use std::io::BufRead as _;
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper_util::rt::TokioIo;
+use common::proxy::{start_proxy, upstream, Proxy};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// `target/<profile>/examples/proxy`, built if missing or older than the crate's sources
-/// (as after `cargo test --test hostile`, which builds no example).
-fn proxy_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test's own path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let binary = profile_dir
-            .join("examples")
-            .join(format!("proxy{}", std::env::consts::EXE_SUFFIX));
-        let built = binary.metadata().and_then(|m| m.modified()).ok();
-        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let stale = built.is_none_or(|built| {
-            [
-                crate_dir.join("src"),
-                crate_dir.join("examples"),
-                crate_dir.join("Cargo.toml"),
-                crate_dir.join("../../src"),
-            ]
-            .iter()
-            .any(|p| newest(p) > built)
-        });
-        if stale {
-            let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-            cmd.args([
-                "build",
-                "--quiet",
-                "-p",
-                "funnel-tower",
-                "--example",
-                "proxy",
-            ])
-            .env("CARGO_TARGET_DIR", profile_dir.parent().expect("target/"));
-            match profile_dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => {}
-                Some("release") => {
-                    cmd.arg("--release");
-                }
-                Some(other) => {
-                    cmd.args(["--profile", other]);
-                }
-                None => panic!("no profile in {}", profile_dir.display()),
-            }
-            assert!(
-                cmd.status().expect("cargo runs").success(),
-                "building the proxy failed"
-            );
-        }
-        binary
-    })
-}
-
-fn newest(path: &Path) -> SystemTime {
-    let own = path
-        .metadata()
-        .and_then(|m| m.modified())
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    match std::fs::read_dir(path) {
-        Ok(entries) => entries
-            .flatten()
-            .map(|e| newest(&e.path()))
-            .fold(own, SystemTime::max),
-        Err(_) => own,
-    }
-}
-
-/// A running proxy; killed when dropped.
-struct Proxy {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_proxy(upstream: SocketAddr, args: &[&str]) -> Proxy {
-    let mut child = Command::new(proxy_binary())
-        .args(["--listen", "127.0.0.1:0", "--upstream"])
-        .arg(format!("http://{upstream}"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the proxy starts");
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = std::io::BufReader::new(stderr).lines();
-        let _ = tx.send(lines.next());
-        for _ in lines {}
-    });
-    let line = match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Some(Ok(line))) => line,
-        other => {
-            let _ = child.kill();
-            panic!("the proxy did not say where it listens: {other:?}");
-        }
-    };
-    let addr = line
-        .strip_prefix("proxy: listening on ")
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    Proxy { child, addr }
-}
-
-/// An upstream answering 200 to everything.
-async fn upstream() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|_: Request<hyper::body::Incoming>| async {
-                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(
-                        b"upstream",
-                    ))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
-}
 
 /// Sends `head` (and nothing else) from the loopback address `from` on a fresh connection and
 /// returns the status of the answer, or `None` when the connection closed without one.
@@ -245,10 +106,14 @@ fn forgeries() -> Vec<Vec<Vec<u8>>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_forwarding_headers_from_untrusted_peers_never_pick_a_key() {
-    let up = upstream().await;
+    let up = upstream().await.0;
     for key in ["client", "client-forwarded"] {
         let limit = format!("{key}=1/1h");
-        let proxy = start_proxy(up, &["--trust", "127.0.0.2", "--limit", &limit]);
+        let proxy = start_proxy(
+            "127.0.0.1",
+            up,
+            &["--trust", "127.0.0.2", "--limit", &limit],
+        );
         // 127.0.0.1 is not trusted: its one request of the hour, then whatever it forges, it
         // is itself.
         assert_eq!(raw(&proxy, "127.0.0.1", &get("/", &[])).await, Some(200));
@@ -312,8 +177,9 @@ async fn forged_forwarding_headers_from_untrusted_peers_never_pick_a_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_and_malformed_heads_get_a_4xx_or_pass_never_a_5xx() {
-    let up = upstream().await;
+    let up = upstream().await.0;
     let proxy = start_proxy(
+        "127.0.0.1",
         up,
         &[
             "--trust",
@@ -388,8 +254,12 @@ async fn huge_and_malformed_heads_get_a_4xx_or_pass_never_a_5xx() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encoded_and_dot_segment_paths_neither_escape_the_limit_nor_pick_a_key() {
-    let up = upstream().await;
-    let proxy = start_proxy(up, &["--limit", "ip=1/1h", "--exempt-path", "/health"]);
+    let up = upstream().await.0;
+    let proxy = start_proxy(
+        "127.0.0.1",
+        up,
+        &["--limit", "ip=1/1h", "--exempt-path", "/health"],
+    );
     assert_eq!(raw(&proxy, "127.0.0.1", &get("/x", &[])).await, Some(200));
     // Exempt: under /health by whole segments.
     for path in [

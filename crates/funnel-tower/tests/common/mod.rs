@@ -52,24 +52,43 @@ pub async fn serve_with<C>(layer: RateLimitLayer<C>, with_peer: bool) -> SocketA
 where
     C: funnel::Clock + Clone + Send + Sync + 'static,
 {
+    let limited = layer.layer(Ok200);
+    serve_each(move |peer| {
+        let limited = limited.clone();
+        hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+            if with_peer {
+                req.extensions_mut().insert(PeerAddr(peer));
+            }
+            let mut s = limited.clone();
+            async move { tower_service::Service::call(&mut s, req).await }
+        })
+    })
+    .await
+}
+
+/// Serves HTTP/1 on a free loopback port, each connection with the service `service` makes
+/// for its peer's address; the address served.
+pub async fn serve_each<F, S, B>(service: F) -> SocketAddr
+where
+    F: Fn(SocketAddr) -> S + Send + 'static,
+    S: hyper::service::Service<Request<hyper::body::Incoming>, Response = Response<B>>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let limited = layer.layer(Ok200);
     tokio::spawn(async move {
         loop {
             let Ok((stream, peer)) = listener.accept().await else {
                 return;
             };
-            let limited = limited.clone();
+            let svc = service(peer);
             tokio::spawn(async move {
-                let svc =
-                    hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                        if with_peer {
-                            req.extensions_mut().insert(PeerAddr(peer));
-                        }
-                        let mut s = limited.clone();
-                        async move { tower_service::Service::call(&mut s, req).await }
-                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
                     .await;

@@ -18,7 +18,6 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use hyper_util::rt::TokioIo;
 
 /// `target/<profile>/examples/proxy`, built if missing or stale.
 pub fn proxy_binary() -> &'static Path {
@@ -149,31 +148,20 @@ pub fn start_proxy(host: &str, upstream: SocketAddr, args: &[&str]) -> Proxy {
 
 /// The upstream on a free loopback port: answers 200 "upstream" and counts what reached it.
 pub async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
-                    // Relaxed: a count read after the requests are answered.
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    async {
-                        let body = Full::new(Bytes::from_static(b"upstream"));
-                        Ok::<_, std::convert::Infallible>(Response::new(body))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+    let addr = super::serve_each(move |_| {
+        let counter = counter.clone();
+        hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
+            // Relaxed: a count read after the requests are answered.
+            counter.fetch_add(1, Ordering::Relaxed);
+            async {
+                let body = Full::new(Bytes::from_static(b"upstream"));
+                Ok::<_, std::convert::Infallible>(Response::new(body))
+            }
+        })
+    })
+    .await;
     (addr, hits)
 }
 

@@ -1,7 +1,7 @@
 //! The example proxy as a real process, in front of a real upstream on loopback, driven by a
-//! real HTTP client: what an operator running `examples/proxy.rs` gets.
+//! real HTTP client: what an operator running `examples/proxy/` gets.
 //!
-//! The binary is the one cargo builds from `examples/proxy.rs`, rebuilt when stale
+//! The binary is the one cargo builds from `examples/proxy/`, rebuilt when stale
 //! (`common/proxy.rs`).
 //!
 //! The upstream is a hyper server in this test process that counts the requests reaching it,

@@ -1,7 +1,7 @@
 //! The example proxy as a real process: its binary (built by cargo when missing or stale), a
 //! running proxy killed when dropped, and a loopback upstream that counts what reaches it.
 //!
-//! The binary is the one cargo builds from `examples/proxy.rs` (`cargo test` builds the
+//! The binary is the one cargo builds from `examples/proxy/` (`cargo test` builds the
 //! examples before it runs the tests). When it is missing or older than the crate's sources,
 //! as after `cargo test --test proxy`, it is built with cargo, into the same target directory
 //! and profile. The proxy stays an example, so hyper and tokio stay dev-dependencies; the

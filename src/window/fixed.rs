@@ -16,10 +16,10 @@
 //! a word is below `2^62 - 2^22`: it fits the 62-bit payload of a keyed table's slot, below
 //! the slot's marker states (`state.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{decision, update, validate};
+use super::counter::Counter;
+use super::{decision, validate};
 use crate::clock::{Clock, DefaultClock, Timestamp};
 use crate::decision::{Decision, Outcome};
 use crate::error::Error;
@@ -182,11 +182,12 @@ pub(crate) fn expiry(word: u64, quota: &FixedWindowQuota) -> u64 {
 /// assert_eq!(w.check().remaining(), 2);
 /// # Ok::<(), funnel::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct FixedWindow<C = DefaultClock> {
-    word: AtomicU64,
-    quota: FixedWindowQuota,
-    clock: C,
+pub struct FixedWindow<C = DefaultClock>(Counter<FixedWindowQuota, C>);
+
+impl<C: std::fmt::Debug> std::fmt::Debug for FixedWindow<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt_as("FixedWindow", f)
+    }
 }
 
 impl FixedWindow<DefaultClock> {
@@ -199,59 +200,52 @@ impl FixedWindow<DefaultClock> {
 impl<C: Clock> FixedWindow<C> {
     /// A fresh counter on `clock`.
     pub fn with_clock(quota: FixedWindowQuota, clock: C) -> Self {
-        FixedWindow {
-            word: AtomicU64::new(0),
-            quota,
-            clock,
-        }
+        FixedWindow(Counter::new(quota, clock))
     }
 
     /// One unit request, now.
     pub fn check(&self) -> Decision {
-        self.check_n_at(1, self.clock.now())
+        self.0.check_n(1)
     }
 
     /// A request of `n` units, now; `n = 0` is a peek.
     pub fn check_n(&self, n: u64) -> Decision {
-        self.check_n_at(n, self.clock.now())
+        self.0.check_n(n)
     }
 
     /// One unit request at the caller's `now` (no clock read).
     pub fn check_at(&self, now: Timestamp) -> Decision {
-        self.check_n_at(1, now)
+        self.0.check_n_at(1, now)
     }
 
     /// A request of `n` units at the caller's `now`.
     pub fn check_n_at(&self, n: u64, now: Timestamp) -> Decision {
-        let now = now.as_nanos();
-        update(&self.word, |w| decide(w, now, &self.quota, n))
+        self.0.check_n_at(n, now)
     }
 
     /// The counter's state now, charging nothing.
     pub fn peek(&self) -> Decision {
-        self.check_n(0)
+        self.0.check_n(0)
     }
 
     /// [`peek`](Self::peek) at the caller's `now`.
     pub fn peek_at(&self, now: Timestamp) -> Decision {
-        self.check_n_at(0, now)
+        self.0.check_n_at(0, now)
     }
 
     /// Empties the counter: the whole limit is available again.
     pub fn reset(&self) {
-        // Relaxed: as the decisions (`update`). A racing request either lands before (and is
-        // forgotten) or after (and is counted in the empty counter).
-        self.word.store(0, Ordering::Relaxed);
+        self.0.reset();
     }
 
     /// The quota.
     pub fn quota(&self) -> &FixedWindowQuota {
-        &self.quota
+        self.0.quota()
     }
 
     /// The clock.
     pub fn clock(&self) -> &C {
-        &self.clock
+        self.0.clock()
     }
 }
 

@@ -17,6 +17,7 @@ use crate::decision::{Decision, Outcome};
 use crate::error::Error;
 use crate::quota::Quota;
 
+mod counter;
 pub(crate) mod fixed;
 pub(crate) mod sliding;
 

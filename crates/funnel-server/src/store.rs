@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use funnel::window::{FixedWindowQuota, SlidingWindowQuota};
-use funnel::{Charge, Decision, Limiter, Quota, Stats, Timestamp};
+use funnel::{Charge, Decision, Limiter, Meter, Quota, Stats, Timestamp};
 
 use crate::clock::UnixClock;
 use crate::config::{Algorithm, RateLimit, Unit};
@@ -37,6 +37,21 @@ pub enum Table {
     Sliding(SlidingTable),
 }
 
+/// A keyed table of `quota` (or its error, as text) on `clock`, starting with room for
+/// [`START_KEYS`] and growing to at most `max_keys`, evicting the least indebted when full.
+fn keyed_table<Q: Meter>(
+    quota: Result<Q, funnel::Error>,
+    max_keys: usize,
+    clock: UnixClock,
+) -> Result<Limiter<str, UnixClock, Q>, String> {
+    Limiter::<str>::builder(quota.map_err(|e| e.to_string())?)
+        .capacity(START_KEYS.min(max_keys))
+        .max_capacity(max_keys)
+        .clock(clock)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// The GCRA quota of `requests_per_unit` per `unit` with at most `burst` at once.
 pub fn gcra_quota(requests_per_unit: u32, unit: Unit, burst: u32) -> Result<Quota, funnel::Error> {
     Quota::per_period(u64::from(requests_per_unit), unit.duration())?.with_limit(u64::from(burst))
@@ -46,44 +61,20 @@ impl Table {
     /// A table for `limit` (whose `requests_per_unit` is at least 1), holding at most
     /// `max_keys` keys, evicting the least indebted when full.
     pub fn build(limit: &RateLimit, max_keys: usize, clock: UnixClock) -> Result<Table, String> {
-        let start = START_KEYS.min(max_keys);
         let rpu = limit.requests_per_unit;
+        let (count, period) = (u64::from(rpu), limit.unit.duration());
         Ok(match limit.algorithm {
             Algorithm::Gcra => {
-                let q = gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu))
-                    .map_err(|e| e.to_string())?;
-                Table::Gcra(
-                    Limiter::<str>::builder(q)
-                        .capacity(start)
-                        .max_capacity(max_keys)
-                        .clock(clock)
-                        .build()
-                        .map_err(|e| e.to_string())?,
-                )
+                let quota = gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu));
+                Table::Gcra(keyed_table(quota, max_keys, clock)?)
             }
             Algorithm::FixedWindow => {
-                let q = FixedWindowQuota::per_period(u64::from(rpu), limit.unit.duration())
-                    .map_err(|e| e.to_string())?;
-                Table::Fixed(
-                    Limiter::<str>::builder(q)
-                        .capacity(start)
-                        .max_capacity(max_keys)
-                        .clock(clock)
-                        .build()
-                        .map_err(|e| e.to_string())?,
-                )
+                let quota = FixedWindowQuota::per_period(count, period);
+                Table::Fixed(keyed_table(quota, max_keys, clock)?)
             }
             Algorithm::SlidingWindow => {
-                let q = SlidingWindowQuota::per_period(u64::from(rpu), limit.unit.duration())
-                    .map_err(|e| e.to_string())?;
-                Table::Sliding(
-                    Limiter::<str>::builder(q)
-                        .capacity(start)
-                        .max_capacity(max_keys)
-                        .clock(clock)
-                        .build()
-                        .map_err(|e| e.to_string())?,
-                )
+                let quota = SlidingWindowQuota::per_period(count, period);
+                Table::Sliding(keyed_table(quota, max_keys, clock)?)
             }
         })
     }

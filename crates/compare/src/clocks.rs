@@ -405,6 +405,26 @@ fn fmt_ns_range(v: &[f64]) -> String {
     }
 }
 
+/// Each (limiter, clock) pair once, in the order first measured, with its `allow` and `deny`
+/// rows (`None` where that quota was not measured).
+fn by_limiter_and_clock(rows: &[ClockRow]) -> Vec<(&ClockRow, [Option<&ClockRow>; 2])> {
+    let mut pairs: Vec<(&ClockRow, [Option<&ClockRow>; 2])> = Vec::new();
+    for r in rows {
+        if pairs
+            .iter()
+            .any(|(p, _)| (p.competitor, p.clock) == (r.competitor, r.clock))
+        {
+            continue;
+        }
+        let get = |q: &str| {
+            rows.iter()
+                .find(|x| x.competitor == r.competitor && x.clock == r.clock && x.quota == q)
+        };
+        pairs.push((r, [get("allow"), get("deny")]));
+    }
+    pairs
+}
+
 /// ns per decision, median (min–max) of the rounds, both loops, both quotas.
 pub fn decision_table(ctx: &Ctx) -> Table {
     let mut t = Table::new(
@@ -418,20 +438,10 @@ pub fn decision_table(ctx: &Ctx) -> Table {
         ],
         &[false, false, true, true, true, true],
     );
-    let mut seen: Vec<(&str, &str)> = Vec::new();
-    for r in &ctx.clock_rows {
-        if seen.contains(&(r.competitor, r.clock)) {
-            continue;
-        }
-        seen.push((r.competitor, r.clock));
-        let get = |q: &str| {
-            ctx.clock_rows
-                .iter()
-                .find(|x| x.competitor == r.competitor && x.clock == r.clock && x.quota == q)
-        };
+    for (r, quotas) in by_limiter_and_clock(&ctx.clock_rows) {
         let mut cells = vec![r.competitor.to_string(), r.clock.to_string()];
-        for q in ["allow", "deny"] {
-            match get(q) {
+        for x in quotas {
+            match x {
                 Some(x) => {
                     cells.push(fmt_ns_range(&x.harness));
                     cells.push(fmt_ns_range(&x.minimal));
@@ -457,18 +467,7 @@ pub fn short_table(ctx: &Ctx) -> Table {
         ],
         &[false, false, true, true, true, true],
     );
-    let mut seen: Vec<(&str, &str)> = Vec::new();
-    for r in &ctx.clock_rows {
-        if seen.contains(&(r.competitor, r.clock)) {
-            continue;
-        }
-        seen.push((r.competitor, r.clock));
-        let get = |q: &str| {
-            ctx.clock_rows
-                .iter()
-                .find(|x| x.competitor == r.competitor && x.clock == r.clock && x.quota == q)
-        };
-        let (a, d) = (get("allow"), get("deny"));
+    for (r, [a, d]) in by_limiter_and_clock(&ctx.clock_rows) {
         let cell = |x: Option<&ClockRow>, minimal: bool| {
             x.map_or("–".into(), |x| {
                 sig3(med(if minimal { &x.minimal } else { &x.harness }))
@@ -493,4 +492,45 @@ pub fn read_table(ctx: &Ctx) -> Table {
         t.rows.push(vec![r.clock.to_string(), fmt_ns_range(&r.ns)]);
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(competitor: &'static str, clock: &'static str, quota: &'static str) -> ClockRow {
+        ClockRow {
+            competitor,
+            clock,
+            quota,
+            harness: vec![1.0],
+            minimal: vec![2.0],
+        }
+    }
+
+    #[test]
+    fn each_limiter_and_clock_is_one_row_with_its_allow_and_deny() {
+        let rows = [
+            row("funnel", "quanta", "deny"),
+            row("governor", "quanta", "allow"),
+            row("funnel", "quanta", "allow"),
+            row("funnel", "recent", "allow"),
+        ];
+        let pairs = by_limiter_and_clock(&rows);
+        let seen: Vec<_> = pairs
+            .iter()
+            .map(|(r, [a, d])| {
+                let quota = |x: &Option<&ClockRow>| x.map(|x| x.quota);
+                (r.competitor, r.clock, quota(a), quota(d))
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("funnel", "quanta", Some("allow"), Some("deny")),
+                ("governor", "quanta", Some("allow"), None),
+                ("funnel", "recent", Some("allow"), None),
+            ]
+        );
+    }
 }

@@ -37,41 +37,45 @@ enum Cmd {
         grpc: SocketAddr,
     },
     /// Send calls and report throughput and latency.
-    Run {
-        /// The server's gRPC address.
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        target: SocketAddr,
-        /// Connections (HTTP/2), calls spread over them.
-        #[arg(long, default_value_t = 4)]
-        connections: usize,
-        /// Calls in flight at once.
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-        /// Calls in all (the run's bound).
-        #[arg(long, default_value_t = 200_000)]
-        requests: u64,
-        /// Calls before measuring.
-        #[arg(long, default_value_t = 10_000)]
-        warmup: u64,
-        /// The domain.
-        #[arg(long, default_value = "bench")]
-        domain: String,
-        /// The descriptor key.
-        #[arg(long, default_value = "client")]
-        key: String,
-        /// Distinct well-behaved values.
-        #[arg(long, default_value_t = 10_000)]
-        keys: u64,
-        /// Hot values.
-        #[arg(long, default_value_t = 10)]
-        abusive_keys: u64,
-        /// Percent of calls for the hot values.
-        #[arg(long, default_value_t = 0)]
-        abusive_percent: u64,
-        /// The server's HTTP address, to read its Redis round trips before and after.
-        #[arg(long)]
-        metrics: Option<SocketAddr>,
-    },
+    Run(Run),
+}
+
+/// `funnel-loadgen run`'s flags.
+#[derive(clap::Args)]
+struct Run {
+    /// The server's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    target: SocketAddr,
+    /// Connections (HTTP/2), calls spread over them.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Calls in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Calls in all (the run's bound).
+    #[arg(long, default_value_t = 200_000)]
+    requests: u64,
+    /// Calls before measuring.
+    #[arg(long, default_value_t = 10_000)]
+    warmup: u64,
+    /// The domain.
+    #[arg(long, default_value = "bench")]
+    domain: String,
+    /// The descriptor key.
+    #[arg(long, default_value = "client")]
+    key: String,
+    /// Distinct well-behaved values.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Hot values.
+    #[arg(long, default_value_t = 10)]
+    abusive_keys: u64,
+    /// Percent of calls for the hot values.
+    #[arg(long, default_value_t = 0)]
+    abusive_percent: u64,
+    /// The server's HTTP address, to read its Redis round trips before and after.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 struct Floor;
@@ -128,20 +132,20 @@ fn redis_counters(addr: SocketAddr) -> Option<(u64, u64)> {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    target: SocketAddr,
-    connections: usize,
-    concurrency: usize,
-    requests: u64,
-    warmup: u64,
-    domain: String,
-    key: String,
-    keys: u64,
-    abusive_keys: u64,
-    abusive_percent: u64,
-    metrics: Option<SocketAddr>,
-) -> Result<(), String> {
+async fn run(args: Run) -> Result<(), String> {
+    let Run {
+        target,
+        connections,
+        concurrency,
+        requests,
+        warmup,
+        domain,
+        key,
+        keys,
+        abusive_keys,
+        abusive_percent,
+        metrics,
+    } = args;
     let mut channels: Vec<Channel> = Vec::new();
     for _ in 0..connections.max(1) {
         let ch = Endpoint::new(format!("http://{target}"))
@@ -259,34 +263,7 @@ async fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())
         }
-        Cmd::Run {
-            target,
-            connections,
-            concurrency,
-            requests,
-            warmup,
-            domain,
-            key,
-            keys,
-            abusive_keys,
-            abusive_percent,
-            metrics,
-        } => {
-            run(
-                target,
-                connections,
-                concurrency,
-                requests,
-                warmup,
-                domain,
-                key,
-                keys,
-                abusive_keys,
-                abusive_percent,
-                metrics,
-            )
-            .await
-        }
+        Cmd::Run(args) => run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,8 +1,8 @@
 //! The fuzz bodies on stable: every committed input of `fuzz/corpus/<target>/` (the seed
 //! corpus) and `tests/fuzz_regressions/<target>/` (minimised crashes, kept as regression cases)
 //! runs through the same body the fuzzer runs (`funnel_testkit::fuzz::<target>`, in
-//! `crates/testkit/src/fuzz/`), then a short
-//! budget of seeded pseudo-random inputs.
+//! `crates/testkit/src/fuzz/`), then a short budget of seeded pseudo-random inputs
+//! (`funnel_testkit::corpus` runs both).
 //!
 //! * `FUZZ_REPLAY_MS` sets each random test's budget (default 600 ms; 0 skips them);
 //!   `FUZZ_REPLAY_SEED` picks the generator's seed (default fixed, so CI is repeatable).
@@ -11,110 +11,29 @@
 //! * Real coverage-guided fuzzing needs nightly: `cargo +nightly fuzz run <target>` in `fuzz/`,
 //!   or `.ci/fuzz.sh`.
 
+use funnel_testkit::corpus::{self, bytes, Body};
 use funnel_testkit::fuzz::{common, ops, replay_line, state};
+use funnel_testkit::Rng;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use common::Event;
 
-type Body = fn(&[u8]);
-
 /// Runs every committed input of `target` through `body`; returns how many ran.
 fn replay_committed(target: &str, body: Body) -> usize {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in [
-        root.join("fuzz/corpus").join(target),
-        root.join("tests/fuzz_regressions").join(target),
-    ] {
-        // A missing directory is skipped, not failed: a target may have no regressions yet.
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        files.extend(entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()));
-    }
-    files.sort();
-    let mut failed = Vec::new();
-    for file in &files {
-        let bytes = std::fs::read(file).unwrap();
-        if catch_unwind(|| body(&bytes)).is_err() {
-            failed.push(file.display().to_string());
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{target}: {} of {} committed inputs fail: {failed:#?}",
-        failed.len(),
-        files.len()
-    );
-    files.len()
+    corpus::replay_committed(Path::new(env!("CARGO_MANIFEST_DIR")), target, body)
 }
 
-use funnel_testkit::Rng;
-
-/// Feeds `body` inputs from `generate` until the budget runs out; returns how many ran.
-fn random_inputs(target: &str, body: Body, generate: fn(&mut Rng) -> Vec<u8>) -> u64 {
-    let budget_ms =
-        std::env::var("FUZZ_REPLAY_MS").map_or(600, |v| v.parse().expect("FUZZ_REPLAY_MS: ms"));
-    let seed = std::env::var("FUZZ_REPLAY_SEED")
-        .map_or(0x5EED_F022, |v| v.parse().expect("FUZZ_REPLAY_SEED: u64"));
-    let mut rng = Rng::new(seed ^ target.len() as u64);
-    let deadline = Instant::now() + Duration::from_millis(budget_ms);
-    let mut runs = 0;
+/// Feeds `body` inputs from `generate` until the budget runs out, then says which events
+/// they reached.
+fn random_inputs(target: &str, body: Body, generate: fn(&mut Rng) -> Vec<u8>) {
     common::clear_seen();
-    while Instant::now() < deadline {
-        let input = generate(&mut rng);
-        if catch_unwind(AssertUnwindSafe(|| body(&input))).is_err() {
-            let path = save_failure(target, &input);
-            panic!(
-                "{target}: random input #{runs} (seed {seed}) fails; saved as {}; copy it into \
-                 tests/fuzz_regressions/{target}/ to keep it",
-                path.display()
-            );
-        }
-        runs += 1;
-    }
+    let failures = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-replay");
+    corpus::random_inputs(target, body, generate, &failures);
     eprintln!(
-        "{target}: {runs} random inputs in {budget_ms} ms: {}",
+        "{target}: the random inputs reached {}",
         common::seen_summary()
     );
-    runs
-}
-
-fn save_failure(target: &str, input: &[u8]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("fuzz-replay")
-        .join(target);
-    std::fs::create_dir_all(&dir).unwrap();
-    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    });
-    let path = dir.join(format!("crash-{hash:016x}"));
-    std::fs::write(&path, input).unwrap();
-    path
-}
-
-/// Random bytes: the bodies decode any bytes into choices.
-fn bytes(rng: &mut Rng) -> Vec<u8> {
-    let len = match rng.below(4) {
-        0 => rng.below(16),
-        1 | 2 => rng.below(256),
-        _ => rng.below(2_048),
-    };
-    // Runs of one byte value steer `Unstructured` towards the same choice again and again.
-    let mut out = Vec::with_capacity(len as usize);
-    while out.len() < len as usize {
-        let b = rng.next_u64() as u8;
-        let run = if rng.below(4) == 0 {
-            rng.below(8) + 1
-        } else {
-            1
-        };
-        out.extend(std::iter::repeat_n(b, run as usize));
-    }
-    out
 }
 
 /// Replay lines: mostly well formed over a few keys and rising times, with edge numbers, bad

@@ -13,123 +13,30 @@
 //! The counting allocator is installed here as in the fuzz targets, so the key body's check
 //! that reading a key allocates nothing runs on stable too.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
+use funnel_testkit::corpus::{self, Body};
 use funnel_tower::fuzzing::{self, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-type Body = fn(&[u8]);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Runs every committed input of `target` through `body`; returns how many ran.
+/// Runs every committed input of `target` through `body`, under the repository's root.
 fn replay_committed(target: &str, body: Body) -> usize {
-    let root = repo_root();
-    let mut files = Vec::new();
-    for dir in [
-        root.join("fuzz/corpus").join(target),
-        root.join("tests/fuzz_regressions").join(target),
-    ] {
-        // A missing directory is skipped: a target may have no regressions yet.
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        files.extend(entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()));
-    }
-    files.sort();
-    let failed: Vec<String> = files
-        .iter()
-        .filter(|file| {
-            let bytes = std::fs::read(file).unwrap();
-            catch_unwind(|| body(&bytes)).is_err()
-        })
-        .map(|f| f.display().to_string())
-        .collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let files = corpus::replay_committed(&root, target, body);
     assert!(
-        failed.is_empty(),
-        "{target}: {} of {} committed inputs fail: {failed:#?}",
-        failed.len(),
-        files.len()
+        files >= 8,
+        "{target}: only {files} committed inputs under fuzz/corpus/{target}/"
     );
-    assert!(
-        files.len() >= 8,
-        "{target}: only {} committed inputs under fuzz/corpus/{target}/",
-        files.len()
-    );
-    eprintln!("{target}: {} committed inputs pass", files.len());
-    files.len()
+    eprintln!("{target}: {files} committed inputs pass");
+    files
 }
 
-/// A small xorshift generator: the inputs only need to be varied and repeatable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Random bytes, with runs of one value (which steer a body to the same choice repeatedly).
-fn bytes(rng: &mut Rng) -> Vec<u8> {
-    let len = match rng.below(4) {
-        0 => rng.below(16),
-        1 | 2 => rng.below(256),
-        _ => rng.below(2_048),
-    } as usize;
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let b = rng.next() as u8;
-        let run = if rng.below(4) == 0 {
-            rng.below(8) + 1
-        } else {
-            1
-        };
-        out.extend(std::iter::repeat_n(b, run as usize));
-    }
-    out
-}
-
-/// Feeds `body` random inputs until the budget runs out; returns how many ran.
-fn random_inputs(target: &str, body: Body) -> u64 {
-    let budget_ms =
-        std::env::var("FUZZ_REPLAY_MS").map_or(600, |v| v.parse().expect("FUZZ_REPLAY_MS: ms"));
-    let seed = std::env::var("FUZZ_REPLAY_SEED")
-        .map_or(0x5EED_F022, |v| v.parse().expect("FUZZ_REPLAY_SEED: u64"));
-    let mut rng = Rng(seed ^ (target.len() as u64) << 32 | 1);
-    let deadline = Instant::now() + Duration::from_millis(budget_ms);
-    let mut runs = 0;
-    while Instant::now() < deadline {
-        let input = bytes(&mut rng);
-        if catch_unwind(AssertUnwindSafe(|| body(&input))).is_err() {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join("fuzz-replay")
-                .join(target);
-            std::fs::create_dir_all(&dir).unwrap();
-            let path = dir.join(format!("crash-{seed}-{runs}"));
-            std::fs::write(&path, &input).unwrap();
-            panic!(
-                "{target}: random input #{runs} (seed {seed}) fails; saved as {}; copy it into \
-                 tests/fuzz_regressions/{target}/ to keep it",
-                path.display()
-            );
-        }
-        runs += 1;
-    }
-    eprintln!("{target}: {runs} random inputs in {budget_ms} ms");
-    runs
+/// Feeds `body` random bytes until the budget runs out.
+fn random_inputs(target: &str, body: Body) {
+    let failures = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-replay");
+    corpus::random_inputs(target, body, corpus::bytes, &failures);
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //!   as a competitor;
 //! * `fuzz` (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
 //!   replay test;
+//! * [`corpus`]: the stable replay of fuzz bodies (committed inputs, then seeded random ones),
+//!   for funnel's and funnel-tower's replay tests;
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
 //!   them) for funnel-redis's tests, the lab's `attack` and the harness's Redis rows, and the
 //!   Redis-backed tests' skip when `redis-server` is not installed;
@@ -17,6 +19,7 @@
 //! Not published; not part of the library. It depends on no crate it tests but funnel itself:
 //! funnel-tower's and funnel-redis's own test support lives in their `tests/common`.
 
+pub mod corpus;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod memory;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use funnel::clock::ManualClock;
 use funnel::window::{FixedWindow, FixedWindowQuota, SlidingWindow, SlidingWindowQuota};
-use funnel::{Decision, Limiter, Timestamp};
+use funnel::{Decision, Limiter, Meter, Timestamp};
 use funnel_testkit::Rng;
 
 const S: u64 = 1_000_000_000;
@@ -47,19 +47,21 @@ fn same_as_single_key<W>(
     denied
 }
 
-#[test]
-fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
+/// [`same_as_single_key`] over 20 seeds, for a keyed limiter of `quota` (5 units per
+/// [`WINDOW`] s) against each key's own counter, `single(quota, a clock)`; then the table's
+/// invariants.
+fn each_key_answers_as_its_own_counter<Q: Meter, W>(
+    quota: Q,
+    single: fn(Q, ManualClock) -> W,
+    decide: impl Fn(&W, u64, Timestamp) -> Decision,
+) {
     for seed in 0..20 {
-        let q = FixedWindowQuota::per_period(5, Duration::from_secs(2)).unwrap();
-        let limiter = Limiter::<u64>::fixed_window(q)
-            .capacity(64)
-            .build()
-            .unwrap();
+        let limiter = Limiter::<u64>::builder(quota).capacity(64).build().unwrap();
         let denied = same_as_single_key(
             |key, n, at| limiter.check_n_at(&key, n, at),
-            || FixedWindow::with_clock(q, ManualClock::new()),
-            |w, n, at| w.check_n_at(n, at),
-            2 * S,
+            || single(quota, ManualClock::new()),
+            &decide,
+            WINDOW * S,
             seed,
         );
         assert!(denied > 100, "seed {seed}: only {denied} denials");
@@ -67,24 +69,19 @@ fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
     }
 }
 
+/// The window of [`each_key_answers_as_its_own_counter`], in seconds.
+const WINDOW: u64 = 2;
+
+#[test]
+fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
+    let q = FixedWindowQuota::per_period(5, Duration::from_secs(WINDOW)).unwrap();
+    each_key_answers_as_its_own_counter(q, FixedWindow::with_clock, FixedWindow::check_n_at);
+}
+
 #[test]
 fn a_keyed_sliding_window_answers_as_each_keys_own_counter() {
-    for seed in 0..20 {
-        let q = SlidingWindowQuota::per_period(5, Duration::from_secs(2)).unwrap();
-        let limiter = Limiter::<u64>::sliding_window(q)
-            .capacity(64)
-            .build()
-            .unwrap();
-        let denied = same_as_single_key(
-            |key, n, at| limiter.check_n_at(&key, n, at),
-            || SlidingWindow::with_clock(q, ManualClock::new()),
-            |w, n, at| w.check_n_at(n, at),
-            2 * S,
-            seed,
-        );
-        assert!(denied > 100, "seed {seed}: only {denied} denials");
-        limiter.check_invariants().unwrap();
-    }
+    let q = SlidingWindowQuota::per_period(5, Duration::from_secs(WINDOW)).unwrap();
+    each_key_answers_as_its_own_counter(q, SlidingWindow::with_clock, SlidingWindow::check_n_at);
 }
 
 /// Four threads ask for 200 keys, six times each per window, on a frozen clock: every key

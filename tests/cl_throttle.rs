@@ -174,26 +174,36 @@ fn twenty_calls_spread_over_two_milliseconds_give_the_same_replies(via: Via) {
     twenty_calls_on_15_30_60(&mut Cell::new(via), 100 * US);
 }
 
-fn then_a_cost_of_5_is_limited_with_retry_10(via: Via) {
+/// The spec's rows after the twenty calls, in order, each at the time of the last call: a
+/// cost of 5 (limited, retry 10 s), then a peek (allowed, the funnel full).
+const AFTER_TWENTY_CALLS: [(&str, [i64; 5]); 2] = [
+    ("k 15 30 60 5", [1, 16, 0, 10, 32]),
+    ("k 15 30 60 0", [0, 16, 0, -1, 32]),
+];
+
+/// The twenty calls, then the first `rows` of [`AFTER_TWENTY_CALLS`], each reply checked.
+/// Returns the cell and the time of the last call.
+fn twenty_calls_then(via: Via, rows: usize) -> (Cell, u64) {
     let mut cell = Cell::new(via);
     let now = twenty_calls_on_15_30_60(&mut cell, 0);
-    assert_eq!(cell.reply(now, "k 15 30 60 5"), [1, 16, 0, 10, 32]);
+    for (command, reply) in &AFTER_TWENTY_CALLS[..rows] {
+        assert_eq!(cell.reply(now, command), *reply, "{via:?}: {command}");
+    }
+    (cell, now)
+}
+
+fn then_a_cost_of_5_is_limited_with_retry_10(via: Via) {
+    twenty_calls_then(via, 1);
 }
 
 fn then_a_peek_is_allowed_and_reports_the_full_funnel(via: Via) {
-    let mut cell = Cell::new(via);
-    let now = twenty_calls_on_15_30_60(&mut cell, 0);
-    assert_eq!(cell.reply(now, "k 15 30 60 5"), [1, 16, 0, 10, 32]);
-    assert_eq!(cell.reply(now, "k 15 30 60 0"), [0, 16, 0, -1, 32]);
+    let (mut cell, now) = twenty_calls_then(via, 2);
     // The peek charged nothing: the same limited reply as before it.
     assert_eq!(cell.reply(now, "k 15 30 60"), [1, 16, 0, 2, 32]);
 }
 
 fn then_a_cost_above_the_limit_is_limited_with_retry_minus_1(via: Via) {
-    let mut cell = Cell::new(via);
-    let now = twenty_calls_on_15_30_60(&mut cell, 0);
-    assert_eq!(cell.reply(now, "k 15 30 60 5"), [1, 16, 0, 10, 32]);
-    assert_eq!(cell.reply(now, "k 15 30 60 0"), [0, 16, 0, -1, 32]);
+    let (mut cell, now) = twenty_calls_then(via, 2);
     let (reply, d) = cell.throttle(now, "k 15 30 60 100");
     assert_eq!(reply, [1, 16, 0, -1, 32]);
     if let Some(d) = d {
@@ -612,6 +622,19 @@ const KEYS: [&str; 6] = [
     "10.0.0.1",
 ];
 
+/// A seeded limiter of `quota` on a manual clock and a replay, each with room for 4,096 keys
+/// (more than a sequence's keys: the sequences check that nothing is evicted), and an empty
+/// model.
+fn paths_and_model(quota: Quota, seed: u64) -> (Limiter<str, ManualClock>, Replay, Model) {
+    let limiter = Limiter::<str>::builder(quota)
+        .capacity(4096)
+        .clock(ManualClock::new())
+        .seed(seed)
+        .build()
+        .unwrap();
+    (limiter, Replay::with_capacity(4096).unwrap(), Model::new())
+}
+
 /// One seed: several keys, each with its own fixed quota, decided through a Funnel per key, one
 /// Limiter and (for whole-second periods) one Replay, all compared with the model.
 fn fixed_quota_sequence(seed: u64, quota: fn(&mut Rng) -> AnyQuota, steps: usize) {
@@ -623,14 +646,7 @@ fn fixed_quota_sequence(seed: u64, quota: fn(&mut Rng) -> AnyQuota, steps: usize
         .map(|q| Funnel::with_clock(q.quota, ManualClock::new()))
         .collect();
     // The limiter's own quota is key 0's, so key 0 also goes through `check_n_at`.
-    let limiter = Limiter::<str>::builder(quotas[0].quota)
-        .capacity(4096)
-        .clock(ManualClock::new())
-        .seed(seed)
-        .build()
-        .unwrap();
-    let replay = Replay::with_capacity(4096).unwrap();
-    let mut model = Model::new();
+    let (limiter, replay, mut model) = paths_and_model(quotas[0].quota, seed);
     let mut now = if rng.chance(1, 2) {
         0
     } else {
@@ -702,14 +718,7 @@ fn changing_the_quota_between_calls_keeps_the_debt_as_the_model_does() {
     for seed in 2_000..2_150 {
         let mut rng = Rng::new(seed);
         let pool: Vec<AnyQuota> = (0..3).map(|_| random_cl_quota(&mut rng)).collect();
-        let limiter = Limiter::<str>::builder(pool[0].quota)
-            .capacity(4096)
-            .clock(ManualClock::new())
-            .seed(seed)
-            .build()
-            .unwrap();
-        let replay = Replay::with_capacity(4096).unwrap();
-        let mut model = Model::new();
+        let (limiter, replay, mut model) = paths_and_model(pool[0].quota, seed);
         let mut now = rng.below(1 << 40);
         for step in 0..150 {
             let key = *rng.pick(&KEYS[..3]);

@@ -109,6 +109,16 @@ impl Timestamp {
 pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> Timestamp;
+
+    /// Whether reading this clock holds back the memory loads that follow it, as reading the
+    /// TSC (`rdtsc`) does: then a keyed decision starts loading the key's buckets before it
+    /// reads the clock, so the two overlap. `false` for a clock that is itself one load from
+    /// memory ([`RecentClock`], [`ManualClock`]), where those early hints would only cost
+    /// instructions. The default, `true`, is right for any clock that reads a counter.
+    #[inline]
+    fn holds_back_loads(&self) -> bool {
+        true
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -116,12 +126,22 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
     }
+
+    #[inline]
+    fn holds_back_loads(&self) -> bool {
+        (**self).holds_back_loads()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now(&self) -> Timestamp {
         (**self).now()
+    }
+
+    #[inline]
+    fn holds_back_loads(&self) -> bool {
+        (**self).holds_back_loads()
     }
 }
 
@@ -328,6 +348,12 @@ impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         // Relaxed: see `advance`.
         Timestamp(self.nanos.load(Ordering::Relaxed))
+    }
+
+    /// One load.
+    #[inline]
+    fn holds_back_loads(&self) -> bool {
+        false
     }
 }
 

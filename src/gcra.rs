@@ -24,7 +24,9 @@ use crate::quota::Quota;
 #[inline(always)]
 pub(crate) fn decide(tat: u64, now: u64, quota: &Quota, n: u64) -> (Decision, Option<u64>) {
     let Quota { t, limit, tau } = *quota;
-    if n > limit {
+    // A quota's limit is at least 1 (`Quota::from_parts`); the `max` says so to the compiler,
+    // which then drops this test from every one-unit request.
+    if n > limit.max(1) {
         // Can never fit; redis-cell answers "limited, retry -1" and writes nothing.
         let reset = tat.saturating_sub(now);
         return (Decision::over_limit(quota, reset), None);

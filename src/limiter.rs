@@ -207,9 +207,14 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     #[inline(always)]
     pub(crate) fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
-        let probe = self.table.start_loading(&home);
-        let now = self.clock.now();
-        self.table.decide_loaded(probe, now.as_nanos(), quota, n)
+        if self.clock.holds_back_loads() {
+            let probe = self.table.start_loading(&home);
+            let now = self.clock.now();
+            self.table.decide_loaded(probe, now.as_nanos(), quota, n)
+        } else {
+            self.table
+                .decide(&home, self.clock.now().as_nanos(), quota, n)
+        }
     }
 
     /// A request of `n` units for `key` under `quota` at the caller's `now`: the `*_at`

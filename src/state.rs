@@ -30,8 +30,6 @@
 pub(crate) const TAT_BITS: u32 = 62;
 /// Mask of the payload field.
 pub(crate) const TAT_MASK: u64 = (1 << TAT_BITS) - 1;
-/// The generation bits of a word.
-const GEN_MASK: u64 = !TAT_MASK;
 /// The largest tolerance (`emission interval * limit`) a quota may have: 2^60 ns, 36.5 years.
 /// Public as [`Quota::MAX_TOLERANCE_NANOS`](crate::Quota::MAX_TOLERANCE_NANOS).
 pub(crate) const MAX_TOLERANCE_NANOS: u64 = 1 << 60;
@@ -139,7 +137,9 @@ pub(crate) fn live(gen: u64, tat: u64) -> u64 {
 #[inline(always)]
 pub(crate) fn with_tat(word: u64, tat: u64) -> u64 {
     debug_assert!(is_live(word) && tat <= MAX_TAT);
-    (word & GEN_MASK) | tat
+    // `word - tat_of(word)` is the word's generation bits (`word & !TAT_MASK`); written so,
+    // it reuses the TAT the caller has just read out of the word, and needs no mask constant.
+    word - tat_of(word) + tat
 }
 
 /// The word of a slot reserved by a creator. It keeps the generation it had (0 for a slot that

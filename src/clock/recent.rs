@@ -265,6 +265,12 @@ impl Clock for RecentClock {
         // Relaxed: see `tick`. Stored from `QuantaClock::now`, so already in range.
         Timestamp(RECENT.0.load(Ordering::Relaxed))
     }
+
+    /// One load: nothing for a decision to overlap with it.
+    #[inline]
+    fn holds_back_loads(&self) -> bool {
+        false
+    }
 }
 
 impl std::fmt::Debug for RecentClock {

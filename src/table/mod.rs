@@ -61,6 +61,13 @@ pub(crate) use update::Updated;
 pub const MAX_CAPACITY: usize = if usize::BITS >= 64 { 1 << 40 } else { 1 << 24 };
 
 /// Where a key may live.
+///
+/// Invariant: `first` and `second` are below the number of buckets allocated, which never
+/// changes after the table is built (a growable table allocates its largest level at once).
+/// Every `Home` is made in this module from the table's own candidates at some level
+/// ([`Table::home`], `homes`, `rehome`, `grow::candidates`) or from a bucket index the table
+/// itself holds, and `Table::probe` (`lookup.rs`) indexes its buckets without a bounds check on
+/// that ground.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Home {
     /// Fingerprint, never 0.

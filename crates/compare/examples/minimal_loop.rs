@@ -1,19 +1,28 @@
 //! The minimal loop a new user writes, apart from the harness: one thread draws a key below
-//! 1,000 with a small PRNG and decides it, for funnel (time handed in, `RecentClock`,
-//! `QuantaClock`) and governor with ahash (`QuantaUpkeepClock`, `QuantaClock`), the variants
-//! alternating, each run timed on a CPU (/proc/thread-self/schedstat, Linux).
+//! 1,000 with a small PRNG and decides it. funnel (time handed in, `RecentClock`, `QuantaClock`)
+//! at its default capacity and at a compact one, governor with ahash (`QuantaUpkeepClock`,
+//! `QuantaClock`), and the **layout floor**: the bare lookup of funnel's bucket layout (both
+//! candidate buckets' tags matched at once, the slot's key, its word, one CAS) with none of
+//! funnel's protocol, at both sizes. The variants alternate; each run is timed on the wall
+//! clock, so the figures mean something on an idle machine only.
 //!
 //! ```sh
 //! cargo run --release -p funnel-compare --example minimal_loop -- allow 21
 //! cargo run --release -p funnel-compare --example minimal_loop -- deny 21
 //! ```
+//!
+//! The floor answers how far funnel's own code is from what its layout costs on the machine:
+//! a faster funnel with the same layout can gain at most the difference.
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::time::Instant;
 
 use funnel::clock::{Clock, QuantaClock, RecentClock};
 use funnel::{Limiter, Quota};
 use governor::clock::{QuantaClock as GQ, QuantaUpkeepClock};
 use governor::RateLimiter;
+
+use floor::LayoutFloor;
 
 struct Rng(u64);
 impl Rng {
@@ -29,26 +38,24 @@ impl Rng {
 }
 
 /// Decisions per run.
-const N: u64 = 4_000_000;
+const N: u64 = 2_000_000;
+/// Keys.
+const KEYS: u64 = 1_000;
+/// The compact capacity: 1.25 slots a key.
+const COMPACT: usize = 1_250;
 
-/// This thread's time on a CPU, ns.
-fn cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .expect("/proc/thread-self/schedstat (Linux) gives the thread's time on a CPU")
-}
-
-/// ns per decision on a CPU.
+/// ns per decision of one run. Never inlined, so each variant's loop is compiled on its own,
+/// as in a program that has only that loop.
+#[inline(never)]
 fn time(mut f: impl FnMut(&mut Rng) -> bool, seed: u64) -> f64 {
     let mut r = Rng(seed);
-    let c = cpu_ns();
+    let started = Instant::now();
     let mut a = 0u64;
     for _ in 0..N {
         a += f(&mut r) as u64;
     }
     black_box(a);
-    (cpu_ns() - c) as f64 / N as f64
+    started.elapsed().as_nanos() as f64 / N as f64
 }
 
 fn main() {
@@ -82,9 +89,14 @@ fn main() {
     };
     let recent = RecentClock::shared().unwrap();
     let upkeep = QuantaUpkeepClock::from_interval(RecentClock::DEFAULT_INTERVAL).unwrap();
-    let f_real = Limiter::<u64>::builder(fq).capacity(1250).build().unwrap();
+    // As a new user builds them: the default capacity.
+    let f_real = Limiter::<u64>::builder(fq).build().unwrap();
     let f_recent = Limiter::<u64>::builder(fq)
-        .capacity(1250)
+        .clock(recent.clone())
+        .build()
+        .unwrap();
+    let f_compact = Limiter::<u64>::builder(fq)
+        .capacity(COMPACT)
         .clock(recent.clone())
         .build()
         .unwrap();
@@ -92,19 +104,25 @@ fn main() {
         RateLimiter::dashmap_with_hasher(gq, ahash::RandomState::new());
     let g_upkeep =
         RateLimiter::dashmap_with_clock_and_hasher(gq, upkeep.clone(), ahash::RandomState::new());
+    let floor_default = LayoutFloor::new(funnel::DEFAULT_CAPACITY, KEYS, allow);
+    let floor_compact = LayoutFloor::new(COMPACT, KEYS, allow);
     let clock = QuantaClock::new();
-    for k in 0..1000u64 {
+    for k in 0..KEYS {
         f_real.check(&k);
         f_recent.check(&k);
+        f_compact.check(&k);
         let _ = g_real.check_key(&k);
         let _ = g_upkeep.check_key(&k);
     }
     let names = [
-        "funnel check_at",
-        "funnel real",
-        "funnel recent",
-        "governor-ahash real",
-        "governor-ahash upkeep",
+        "funnel, time handed in (check_at)",
+        "funnel, RecentClock",
+        "funnel, QuantaClock (default)",
+        "funnel compact, RecentClock",
+        "governor-ahash, QuantaUpkeepClock",
+        "governor-ahash, QuantaClock (default)",
+        "layout floor",
+        "layout floor compact",
     ];
     let mut res: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for rep in 0..reps {
@@ -113,6 +131,7 @@ fn main() {
             let seed = rep as u64 * 7 + v as u64;
             let ns = match v {
                 0 => {
+                    // The time a caller would hand in: read once every 1,024 decisions.
                     let mut now = clock.now();
                     let mut c = 0u32;
                     time(
@@ -121,29 +140,187 @@ fn main() {
                             if c % 1024 == 0 {
                                 now = clock.now();
                             }
-                            f_real.check_at(&r.below(1000), now).is_allowed()
+                            f_recent.check_at(&r.below(KEYS), now).is_allowed()
                         },
                         seed,
                     )
                 }
-                1 => time(|r| f_real.check(&r.below(1000)).is_allowed(), seed),
-                2 => time(|r| f_recent.check(&r.below(1000)).is_allowed(), seed),
-                3 => time(|r| g_real.check_key(&r.below(1000)).is_ok(), seed),
-                _ => time(|r| g_upkeep.check_key(&r.below(1000)).is_ok(), seed),
+                1 => time(|r| f_recent.check(&r.below(KEYS)).is_allowed(), seed),
+                2 => time(|r| f_real.check(&r.below(KEYS)).is_allowed(), seed),
+                3 => time(|r| f_compact.check(&r.below(KEYS)).is_allowed(), seed),
+                4 => time(|r| g_upkeep.check_key(&r.below(KEYS)).is_ok(), seed),
+                5 => time(|r| g_real.check_key(&r.below(KEYS)).is_ok(), seed),
+                6 => time(|r| floor_default.check(r.below(KEYS), recent.now()), seed),
+                _ => time(|r| floor_compact.check(r.below(KEYS), recent.now()), seed),
             };
             res[v].push(ns);
         }
     }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mode = if allow { "allow" } else { "deny" };
     for (i, n) in names.iter().enumerate() {
         let mut v = res[i].clone();
         v.sort_by(f64::total_cmp);
         println!(
-            "{} {n}: median {:.2} ns (min {:.2}, max {:.2}, {} runs)",
-            if allow { "allow" } else { "deny" },
-            v[v.len() / 2],
+            "{mode} {n}: median {:.2} ns (min {:.2}, max {:.2}, {} runs)",
+            median(&v),
             v[0],
             v[v.len() - 1],
             v.len()
         );
+    }
+    let governor = median(&res[4]);
+    for (i, what) in [
+        (1, "funnel"),
+        (3, "funnel compact"),
+        (6, "layout floor"),
+        (7, "layout floor compact"),
+    ] {
+        println!(
+            "{mode} governor-ahash upkeep / {what} recent: {:.2}x",
+            governor / median(&res[i])
+        );
+    }
+}
+
+/// The bare lookup of funnel's bucket layout, the floor under its keyed decision: 128-byte
+/// buckets of seven slots (a tag word, seven fingerprints, seven funnel words), two candidate
+/// buckets a key (Lemire's reduction of the hash and of the hash rotated), both tag words
+/// matched in one SSE2 compare, the first matching slot's fingerprint and word, the GCRA step
+/// and one CAS. None of funnel's protocol: no slot states or generations, no second
+/// fingerprint read, no growable shape, no creation (every key is placed up front, first free
+/// slot of the first bucket, then of the second).
+mod floor {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use funnel::Timestamp;
+
+    #[repr(C, align(128))]
+    #[derive(Default)]
+    struct Bucket {
+        tags: AtomicU64,
+        keys: [AtomicU64; 7],
+        words: [AtomicU64; 7],
+    }
+
+    pub struct LayoutFloor {
+        buckets: Vec<Bucket>,
+        hasher: ahash::RandomState,
+        /// Emission interval and tolerance, ns.
+        t: u64,
+        tau: u64,
+    }
+
+    impl LayoutFloor {
+        /// Room for `capacity` keys, holding keys `0..keys`, under the minimal loop's allowing
+        /// quota (1,000 a second, four billion at once) or its denying one (a tolerance of one
+        /// interval, and every key already charged).
+        pub fn new(capacity: usize, keys: u64, allow: bool) -> LayoutFloor {
+            let (t, tau) = if allow {
+                (1_000_000, 4_000_000_000 * 1_000_000)
+            } else {
+                (3_600_000_000_000, 3_600_000_000_000)
+            };
+            let floor = LayoutFloor {
+                buckets: (0..capacity.div_ceil(7))
+                    .map(|_| Bucket::default())
+                    .collect(),
+                hasher: ahash::RandomState::new(),
+                t,
+                tau,
+            };
+            for key in 0..keys {
+                let fp = floor.fingerprint(key);
+                let (first, second) = floor.candidates(fp);
+                let free = [first, second].into_iter().find_map(|b| {
+                    let bucket = &floor.buckets[b];
+                    (0..7)
+                        .find(|&i| bucket.keys[i].load(Ordering::Relaxed) == 0)
+                        .map(|i| (bucket, i))
+                });
+                if let Some((bucket, i)) = free {
+                    bucket.keys[i].store(fp, Ordering::Relaxed);
+                    // Denying: charged far ahead, so every request is refused.
+                    let word = if allow { 0 } else { u64::MAX >> 2 };
+                    bucket.words[i].store(word, Ordering::Relaxed);
+                    bucket
+                        .tags
+                        .fetch_or((fp & 0xFF) << (8 * i), Ordering::Relaxed);
+                }
+            }
+            floor
+        }
+
+        #[inline(always)]
+        fn fingerprint(&self, key: u64) -> u64 {
+            // Odd, so the low byte (the tag) is never 0, the byte of an empty slot.
+            self.hasher.hash_one(key) | 1
+        }
+
+        #[inline(always)]
+        fn candidates(&self, fp: u64) -> (usize, usize) {
+            let len = self.buckets.len() as u128;
+            let reduce = |x: u64| ((u128::from(x) * len) >> 64) as usize;
+            (reduce(fp), reduce(fp.rotate_left(32)))
+        }
+
+        /// One unit for `key` at `now`: true if allowed (and charged).
+        #[inline(always)]
+        pub fn check(&self, key: u64, now: Timestamp) -> bool {
+            let now = now.as_nanos();
+            let fp = self.fingerprint(key);
+            let (first, second) = self.candidates(fp);
+            let (first, second) = (&self.buckets[first], &self.buckets[second]);
+            let mut slots = matches(
+                first.tags.load(Ordering::Relaxed),
+                second.tags.load(Ordering::Relaxed),
+                fp & 0xFF,
+            );
+            while slots != 0 {
+                let bit = slots.trailing_zeros();
+                let bucket = if bit & 8 != 0 { second } else { first };
+                let i = (bit & 7) as usize;
+                if bucket.keys[i].load(Ordering::Acquire) == fp {
+                    let tat = bucket.words[i].load(Ordering::Acquire);
+                    let new = tat.max(now) + self.t;
+                    return new <= now + self.tau
+                        && bucket.words[i]
+                            .compare_exchange(tat, new, Ordering::Release, Ordering::Relaxed)
+                            .is_ok();
+                }
+                slots &= slots - 1;
+            }
+            false
+        }
+    }
+
+    /// The slots of two tag words whose byte is `tag`: bit `i` for slot `i` of the first, bit
+    /// `8 + i` of the second.
+    #[inline(always)]
+    fn matches(first: u64, second: u64, tag: u64) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{
+                _mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set1_epi8, _mm_set_epi64x,
+            };
+            // SAFETY: SSE2 is part of the x86_64 baseline; these intrinsics work on registers
+            // only and have no other precondition.
+            #[allow(unsafe_code)]
+            unsafe {
+                let both = _mm_set_epi64x(second as i64, first as i64);
+                _mm_movemask_epi8(_mm_cmpeq_epi8(both, _mm_set1_epi8(tag as u8 as i8))) as u32
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let byte = |w: u64, i: u32| (w >> (8 * i)) & 0xFF == tag;
+            (0..7).fold(0, |m, i| {
+                m | (u32::from(byte(first, i)) << i) | (u32::from(byte(second, i)) << (8 + i))
+            })
+        }
     }
 }

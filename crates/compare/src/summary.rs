@@ -24,11 +24,13 @@ pub fn markdown(
     let o = &ctx.opts;
     let m = &ctx.machine;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{} Run `{run_id}`\n",
-        if short { "# Latest results:" } else { "###" }
-    );
+    // The published file is dated, not named after the run: the run id (its start time) names
+    // the results directory, which is not in the repository.
+    if short {
+        let _ = writeln!(s, "# Latest results ({})\n", run_date(run_id));
+    } else {
+        let _ = writeln!(s, "### Run `{run_id}`\n");
+    }
     let _ = writeln!(
         s,
         "Every figure in this {} comes from one invocation of:\n\n```sh\n{}\n```\n",
@@ -285,4 +287,14 @@ pub fn markdown(
         s.push_str(&appendix_table(ctx).markdown());
     }
     s
+}
+
+/// The date of a run id (`20261127T114045Z` → `2026-11-27`); the id itself when it is not one.
+fn run_date(run_id: &str) -> String {
+    match run_id.get(..8) {
+        Some(d) if d.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{}-{}-{}", &d[..4], &d[4..6], &d[6..8])
+        }
+        _ => run_id.to_string(),
+    }
 }

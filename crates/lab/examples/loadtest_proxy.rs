@@ -163,30 +163,33 @@ async fn main() {
         ""
     };
     cli::say_listening(NAME, local, &args, mode_note);
-    accept(NAME, listener, |io, peer| {
+    // No stop: the load test ends this proxy with a kill, having no request in flight.
+    let stop = std::future::pending();
+    accept(NAME, listener, stop, |io, peer, watcher| {
         // Each mode serves with its own service, cloned per request, and inserts the one
         // extension its limiter reads: nothing else differs between the load test's rows.
         if let Some(l) = &layer {
             let tag = move |req: &mut Request<Incoming>| {
                 req.extensions_mut().insert(funnel_tower::PeerAddr(peer));
             };
-            tokio::spawn(serve(io, l.layer(forward.clone()), tag));
+            tokio::spawn(serve(io, l.layer(forward.clone()), tag, watcher));
         } else if let Some(g) = &governor {
             // tower_governor's peer: its `axum` feature reads axum's ConnectInfo.
             let tag = move |req: &mut Request<Incoming>| {
                 req.extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
             };
-            tokio::spawn(serve(io, g.layer(forward_axum.clone()), tag));
+            tokio::spawn(serve(io, g.layer(forward_axum.clone()), tag, watcher));
         } else if let Some(g) = &governor_headers {
             let tag = move |req: &mut Request<Incoming>| {
                 req.extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
             };
-            tokio::spawn(serve(io, g.layer(forward_axum.clone()), tag));
+            tokio::spawn(serve(io, g.layer(forward_axum.clone()), tag, watcher));
         } else {
-            tokio::spawn(serve(io, forward.clone(), |_: &mut Request<Incoming>| {}));
+            let untagged = |_: &mut Request<Incoming>| {};
+            tokio::spawn(serve(io, forward.clone(), untagged, watcher));
         }
     })
-    .await
+    .await;
 }

@@ -1,9 +1,10 @@
 //! The forwarding half of the example proxy, shared with the lab's load-test proxy
 //! (`crates/lab/examples/loadtest_proxy.rs` includes this file, so that every row of the load
 //! test forwards with the same code): the upstream client as a service, and the accept loop
-//! that serves each connection with a service of the caller's.
+//! that serves each connection with a service of the caller's until told to stop.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
@@ -12,6 +13,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::{TcpListener, TcpStream};
 
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
@@ -50,9 +52,8 @@ impl<B> Clone for Forward<B> {
 impl<B: Send + 'static> tower_service::Service<Request<Incoming>> for Forward<B> {
     type Response = Response<B>;
     type Error = Infallible;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(
         &mut self,
@@ -119,14 +120,26 @@ pub async fn bind(name: &str, listen: SocketAddr) -> TcpListener {
     }
 }
 
-/// Accepts connections for ever, each given to `each` with its peer's address.
+/// Accepts connections until `stop` resolves, each given to `each` with its peer's address and
+/// a [`Watcher`] for [`serve`]; then closes the listener, so that a new connection is refused
+/// rather than left unanswered, and returns the connections still open, to be drained
+/// ([`GracefulShutdown::shutdown`]) or cut (dropped).
 pub async fn accept(
     name: &str,
     listener: TcpListener,
-    mut each: impl FnMut(TokioIo<TcpStream>, SocketAddr),
-) -> ! {
+    stop: impl Future<Output = ()>,
+    mut each: impl FnMut(TokioIo<TcpStream>, SocketAddr, Watcher),
+) -> GracefulShutdown {
+    let open = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            // Biased: once `stop` has resolved, no more connection is taken from the backlog.
+            biased;
+            () = &mut stop => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors (or another transient error): retrying at once
@@ -137,15 +150,20 @@ pub async fn accept(
             }
         };
         let _ = stream.set_nodelay(true);
-        each(TokioIo::new(stream), peer);
+        each(TokioIo::new(stream), peer, open.watcher());
     }
+    drop(listener);
+    open
 }
 
-/// Serves one connection with `svc`, cloned for each request after `tag` has marked it.
+/// Serves one connection with `svc`, cloned for each request after `tag` has marked it, until
+/// the client closes it or, once `watcher`'s shutdown has begun, its request in flight (if
+/// any) is answered: an idle keep-alive connection closes at once.
 pub async fn serve<S, B>(
     io: TokioIo<TcpStream>,
     svc: S,
     tag: impl Fn(&mut Request<Incoming>) + Clone + Send + 'static,
+    watcher: Watcher,
 ) where
     S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -160,7 +178,6 @@ pub async fn serve<S, B>(
         let mut svc = svc.clone();
         async move { tower_service::Service::call(&mut svc, req).await }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(io, svc)
-        .await;
+    let connection = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
+    let _ = watcher.watch(connection).await;
 }

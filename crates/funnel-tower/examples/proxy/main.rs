@@ -10,6 +10,12 @@
 //! flags and the forwarding are in `cli.rs` and `forward.rs`, which the lab's load-test proxy
 //! shares.
 //!
+//! On SIGTERM or SIGINT the proxy stops as a load balancer expects: it closes its listener (a
+//! new connection is refused), lets the requests in flight be answered for at most
+//! `--drain-timeout` seconds (idle keep-alive connections close at once; a second signal stops
+//! the wait), then saves the limits' state with `--state`, so that the saved debts include the
+//! requests it drained, and exits 0.
+//!
 //! `--recent-clock <interval>` decides on `funnel::clock::RecentClock` (a time one thread
 //! refreshes every interval) instead of the exact clock. It is rarely worth it here: the clock
 //! read it saves is a few nanoseconds a decision, against tens of microseconds for the HTTP
@@ -20,7 +26,7 @@
 mod cli;
 mod forward;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use funnel::clock::{Clock, QuantaClock, RecentClock};
@@ -28,12 +34,22 @@ use funnel::Timestamp;
 use funnel_tower::{PeerAddr, RateLimitLayer};
 use http::Request;
 use hyper::body::Incoming;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tower_layer::Layer;
 
 use forward::{accept, bind, refuse, serve, Forward};
 
 /// This binary's name in what it prints.
 const NAME: &str = "proxy";
+
+/// How long a stop waits for the requests in flight without `--drain-timeout`: less than the
+/// grace period process managers give before they kill (systemd's and Kubernetes' default
+/// is 30 s), more than a slow upstream answer takes.
+const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+/// The longest `--drain-timeout`: a drain longer than an hour is a hang.
+const MAX_DRAIN_SECS: u64 = 3600;
 
 const USAGE: &str = "\
 proxy: a reverse proxy to one upstream, rate-limited by funnel
@@ -48,7 +64,12 @@ OPTIONS:
 const OWN_OPTIONS: &str = "    \
     --state <path>         keep debts across restarts: load the limits' state from <path> at
                            start (a missing or unusable file: start empty, and say why), and
-                           write it there atomically on SIGTERM before exiting
+                           write it there atomically when stopped (SIGTERM, SIGINT), after
+                           the drain, before exiting
+    --drain-timeout <s>    on SIGTERM or SIGINT, stop accepting and wait at most <s> whole
+                           seconds (default 10, at most 3600) for the requests in flight to
+                           be answered before exiting; idle connections close at once; 0 cuts
+                           them without waiting; a second signal stops the wait
     --recent-clock <d>     decide on a time refreshed every <d> (<n>us | <n>ms, 10us to 1000ms)
                            instead of reading the clock per request: saves a few ns a decision,
                            admits up to <d>'s worth of each limit's rate more than exact; not
@@ -59,10 +80,12 @@ const OWN_OPTIONS: &str = "    \
 /// The flags only this proxy takes.
 #[derive(Default)]
 struct Own {
-    /// `--state`: where the limits' state is loaded from at start and saved on SIGTERM.
+    /// `--state`: where the limits' state is loaded from at start and saved at the stop.
     state: Option<PathBuf>,
     /// `--recent-clock <interval>`.
     recent_clock: Option<Duration>,
+    /// `--drain-timeout <secs>`; [`DEFAULT_DRAIN`] without it.
+    drain: Option<Duration>,
 }
 
 /// The command line: the shared flags, this proxy's own, and the layer's builder.
@@ -78,6 +101,12 @@ fn parse_args() -> Result<(cli::Args, Own, funnel_tower::Builder), String> {
                     parse_interval(&v)
                         .ok_or(format!("--recent-clock {v:?}: expected <n>us or <n>ms"))?,
                 );
+            }
+            "--drain-timeout" => {
+                let v = cli::value(it, "--drain-timeout")?;
+                own.drain = Some(parse_drain(&v).ok_or(format!(
+                    "--drain-timeout {v:?}: expected whole seconds, 0 to {MAX_DRAIN_SECS}"
+                ))?);
             }
             _ => return Ok(false),
         }
@@ -99,6 +128,15 @@ fn parse_interval(v: &str) -> Option<Duration> {
         "ms" => Some(Duration::from_millis(n)),
         _ => None,
     }
+}
+
+/// `30`: the drain's bound, whole seconds up to [`MAX_DRAIN_SECS`].
+fn parse_drain(v: &str) -> Option<Duration> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None; // `parse` would take a leading `+`
+    }
+    let secs: u64 = v.parse().ok()?;
+    (secs <= MAX_DRAIN_SECS).then(|| Duration::from_secs(secs))
 }
 
 /// The layer's clock: exact by default, the recent clock with `--recent-clock`.
@@ -131,7 +169,10 @@ async fn main() {
         .unwrap_or_else(|e| refuse(NAME, e));
     let forward = Forward::new(args.upstream.clone(), std::convert::identity);
     // Printed after the line that says where the proxy listens, which comes first.
-    let restored = own.state.as_ref().map(|path| keep_state(path, &layer));
+    let restored = own.state.as_ref().map(|path| restore(path, &layer));
+    // Installed before the proxy says it listens, so a signal that follows that line is never
+    // the default one, which ends the process without a drain or a save.
+    let mut signals = Signals::install();
     let listener = bind(NAME, args.listen).await;
     let local = listener.local_addr().unwrap_or(args.listen);
     let clock_note = own
@@ -141,25 +182,87 @@ async fn main() {
     if let Some(restored) = restored {
         eprintln!("{restored}");
     }
-    accept(NAME, listener, |io, peer| {
+    let stop = async {
+        let name = signals.next().await;
+        eprintln!("proxy: {name}: no new connections");
+    };
+    let open = accept(NAME, listener, stop, |io, peer, watcher| {
         // The layer reads the peer address from the request's extensions.
         let tag = move |req: &mut Request<Incoming>| {
             req.extensions_mut().insert(PeerAddr(peer));
         };
-        tokio::spawn(serve(io, layer.layer(forward.clone()), tag));
+        tokio::spawn(serve(io, layer.layer(forward.clone()), tag, watcher));
     })
-    .await
+    .await;
+    drain(open, own.drain.unwrap_or(DEFAULT_DRAIN), &mut signals).await;
+    // After the drain: the requests it let finish were charged, and are in the file.
+    if let Some(path) = &own.state {
+        save(path, &layer);
+    }
+    // Exiting here, not by returning: what the drain cut is dropped with the process rather
+    // than waited for by the runtime's shutdown.
+    std::process::exit(0)
 }
 
-/// `--state`: loads the saved state into `layer` (before any request), and saves it on SIGTERM,
-/// then exits; what the load found, as a line to print. The handler is installed before the
-/// proxy says it listens, so a SIGTERM that follows that line is never the default one that
-/// exits without saving.
-fn keep_state<C: Clock + Clone + Send + Sync + 'static>(
-    path: &std::path::Path,
-    layer: &RateLimitLayer<C>,
-) -> String {
-    let restored = match layer.restore_state_from(path) {
+/// SIGTERM and SIGINT, handled from [`Signals::install`] on.
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    /// Installs both handlers, or says why not and exits 1.
+    fn install() -> Signals {
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).unwrap_or_else(|e| {
+                eprintln!("proxy: cannot handle {name}: {e}");
+                std::process::exit(1);
+            })
+        };
+        Signals {
+            term: install(SignalKind::terminate(), "SIGTERM"),
+            int: install(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// The next of either signal; its name.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Lets the connections still `open` finish the requests they are answering, for at most
+/// `timeout` or until another signal; an idle one closes at once. What is still open then is
+/// cut when the process exits.
+async fn drain(open: GracefulShutdown, timeout: Duration, signals: &mut Signals) {
+    let count = open.count();
+    if timeout.is_zero() {
+        eprintln!("proxy: --drain-timeout 0: cutting {count} connection(s)");
+        return;
+    }
+    eprintln!(
+        "proxy: draining {count} connection(s) for at most {}s",
+        timeout.as_secs()
+    );
+    tokio::select! {
+        drained = tokio::time::timeout(timeout, open.shutdown()) => match drained {
+            Ok(()) => eprintln!("proxy: drained"),
+            Err(_) => eprintln!(
+                "proxy: drain timeout after {}s: cutting what is still open",
+                timeout.as_secs()
+            ),
+        },
+        name = signals.next() => eprintln!("proxy: {name} again: cutting what is still open"),
+    }
+}
+
+/// `--state` at start: loads the saved state into `layer` (before any request); what the load
+/// found, as a line to print.
+fn restore<C: Clock + Clone + 'static>(path: &Path, layer: &RateLimitLayer<C>) -> String {
+    match layer.restore_state_from(path) {
         Ok(keys) => format!("proxy: restored {keys} key(s) from {}", path.display()),
         Err(funnel_tower::Error::State(funnel::Error::SnapshotIo {
             kind: std::io::ErrorKind::NotFound,
@@ -172,27 +275,16 @@ fn keep_state<C: Clock + Clone + Send + Sync + 'static>(
             "proxy: cannot restore {}: {e}; starting empty",
             path.display()
         ),
-    };
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
+    }
+}
+
+/// `--state` at the stop: writes the limits' state to `path`, or says why not and exits 1.
+fn save<C: Clock + Clone + 'static>(path: &Path, layer: &RateLimitLayer<C>) {
+    match layer.save_state_to(path) {
+        Ok(keys) => eprintln!("proxy: state saved to {} ({keys} key(s))", path.display()),
         Err(e) => {
-            eprintln!("proxy: cannot handle SIGTERM: {e}");
+            eprintln!("proxy: cannot save {}: {e}", path.display());
             std::process::exit(1);
         }
-    };
-    let (path, layer) = (path.to_owned(), layer.clone());
-    tokio::spawn(async move {
-        term.recv().await;
-        match layer.save_state_to(&path) {
-            Ok(keys) => {
-                eprintln!("proxy: saved {keys} key(s) to {}", path.display());
-                std::process::exit(0);
-            }
-            Err(e) => {
-                eprintln!("proxy: cannot save {}: {e}", path.display());
-                std::process::exit(1);
-            }
-        }
-    });
-    restored
+    }
 }

@@ -9,13 +9,15 @@
 
 mod common;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
 
 use common::proxy::{hits, proxy_binary, start_proxy, upstream, Proxy};
 use common::{client_from, draft_fields, member, request, send, Reply};
 use http::StatusCode;
+use http_body_util::BodyExt;
 
 /// GET `path` through the proxy from the loopback address `from`.
 async fn get(proxy: &Proxy, from: &str, path: &str, headers: &[(&str, &[u8])]) -> Reply {
@@ -252,6 +254,7 @@ fn help_explains_the_limit_syntax_and_bad_limits_exit_2() {
         "<n>ms | <n>s | <n>m | <n>h (a bare number is seconds)",
         "--trust",
         "--shadow",
+        "--drain-timeout <s>",
     ] {
         assert!(help.contains(needed), "--help lacks {needed:?}:\n{help}");
     }
@@ -269,20 +272,8 @@ fn help_explains_the_limit_syntax_and_bad_limits_exit_2() {
 
 /// Sends SIGTERM to the proxy and waits (at most 30 s) for it to exit; its exit status.
 fn terminate(mut proxy: Proxy) -> std::process::ExitStatus {
-    let pid = proxy.child.id().to_string();
-    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(sent.success(), "kill -TERM {pid}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = proxy.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the proxy did not exit on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    proxy.terminate();
+    proxy.wait_exit(Duration::from_secs(30)).0
 }
 
 /// `--state`: a key limited before a SIGTERM is still limited by the restarted proxy; an
@@ -384,5 +375,189 @@ async fn the_recent_clock_option_keeps_limits_and_rejects_bad_intervals() {
         assert_eq!(out.status.code(), Some(2), "--recent-clock {bad}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.contains("--recent-clock"), "{err}");
+    }
+}
+
+/// GET `path` through the proxy from `from`, on a connection of its own: the reply, or why
+/// there is none (the proxy closed the connection before answering in full).
+async fn try_get(addr: SocketAddr, from: &str, path: &str) -> Result<Reply, String> {
+    let client = client_from(Some(from.parse().unwrap()));
+    let exchange = async {
+        let res = client
+            .request(request(addr, path, &[]))
+            .await
+            .map_err(|e| format!("no response: {e:?}"))?;
+        let (parts, body) = res.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| format!("a cut body: {e:?}"))?
+            .to_bytes();
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(20), exchange)
+        .await
+        .map_err(|_| "no answer within 20 s".to_string())?
+}
+
+/// Waits (at most 10 s) until `n` requests have reached the upstream.
+async fn until_reached(reached: &AtomicUsize, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hits(reached) < n {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits (at most 1 s) until a new connection to `addr` is refused.
+async fn until_refused(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
+            other => assert!(
+                Instant::now() < deadline,
+                "a new connection after SIGTERM was not refused: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// SIGTERM with a slow request in flight: the listener closes at once, the request is answered
+/// in full, the proxy exits 0 once it is, and the saved state holds that request's debt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_drains_the_request_in_flight_then_saves_its_debt() {
+    let (up, reached) = upstream().await;
+    let dir = std::env::temp_dir().join(format!("funnel-proxy-drain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.state");
+    let state = path.to_str().unwrap();
+    let args = [
+        "--limit",
+        "ip=2/1h",
+        "--state",
+        state,
+        "--drain-timeout",
+        "8",
+    ];
+
+    let mut proxy = start_proxy("127.0.0.1", up, &args);
+    // An idle keep-alive connection, which the drain must close rather than wait for.
+    let idle = client_from(Some("127.0.0.8".parse().unwrap()));
+    let r = send(&idle, request(proxy.addr, "/", &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    let addr = proxy.addr;
+    let slow = tokio::spawn(async move { try_get(addr, "127.0.0.7", "/sleep/2000").await });
+    until_reached(&reached, 2).await;
+    let signalled = Instant::now();
+    proxy.terminate();
+    until_refused(addr).await;
+    assert!(
+        !slow.is_finished(),
+        "the listener must close while the request is still in flight"
+    );
+    let reply = slow
+        .await
+        .unwrap()
+        .expect("the request in flight is answered");
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (StatusCode::OK, "upstream")
+    );
+    let (status, said) = proxy.wait_exit(Duration::from_secs(30));
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status}; it said:\n{said}");
+    assert!(
+        took < Duration::from_secs(8),
+        "exited {took:?} after SIGTERM"
+    );
+    // Two connections open at the signal: the idle one and the slow one.
+    assert!(
+        said.contains("proxy: draining 2 connection(s)"),
+        "it said:\n{said}"
+    );
+    assert!(said.contains("proxy: drained"), "it said:\n{said}");
+    assert!(
+        said.contains(&format!("proxy: state saved to {state}")),
+        "it said:\n{said}"
+    );
+
+    // 127.0.0.7 spent one of its two on the drained request: one more fits, not two.
+    let proxy = start_proxy("127.0.0.1", up, &args);
+    let r = get(&proxy, "127.0.0.7", "/", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(member(&draft_fields(&r).1, "ip").get("r"), 0);
+    assert_eq!(
+        get(&proxy, "127.0.0.7", "/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    drop(proxy);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A request slower than the drain is cut when `--drain-timeout` ends (at once for 0) or at a
+/// second signal, and the proxy exits 0 then rather than when the upstream answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_timeout_or_a_second_signal_cuts_a_slower_request() {
+    let (up, reached) = upstream().await;
+    let second = Duration::from_millis(500);
+    let cases: [(&str, &[&str], Duration); 3] = [
+        ("0", &["INT"], Duration::ZERO),
+        ("1", &["TERM"], Duration::from_secs(1)),
+        ("30", &["TERM", "INT"], second),
+    ];
+    for (timeout, signals, waits) in cases {
+        let mut proxy = start_proxy(
+            "127.0.0.1",
+            up,
+            &["--limit", "ip=100/1s", "--drain-timeout", timeout],
+        );
+        let addr = proxy.addr;
+        let before = hits(&reached);
+        let slow = tokio::spawn(async move { try_get(addr, "127.0.0.9", "/sleep/8000").await });
+        until_reached(&reached, before + 1).await;
+        let signalled = Instant::now();
+        proxy.signal(signals[0]);
+        if let Some(again) = signals.get(1) {
+            tokio::time::sleep(second).await;
+            proxy.signal(again);
+        }
+        let (status, said) = proxy.wait_exit(Duration::from_secs(30));
+        let took = signalled.elapsed();
+        let case = format!("--drain-timeout {timeout}, {signals:?}");
+        assert!(status.success(), "{case}: {status}; it said:\n{said}");
+        assert!(
+            took >= waits && took < waits + Duration::from_secs(2),
+            "{case}: exited {took:?} after the first signal; it said:\n{said}"
+        );
+        assert!(said.contains("cutting"), "{case}: it said:\n{said}");
+        let cut = slow.await.unwrap();
+        assert!(cut.is_err(), "{case}: answered {:?}", cut.map(|r| r.status));
+    }
+}
+
+#[test]
+fn a_bad_drain_timeout_exits_2_and_says_why() {
+    for bad in ["", "-1", "+5", "1.5", "10s", "3601", "99999999999999999999"] {
+        let out = Command::new(proxy_binary())
+            .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=1/1s"])
+            .args(["--drain-timeout", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--drain-timeout {bad:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains("--drain-timeout") && err.contains("whole seconds"),
+            "{err}"
+        );
     }
 }

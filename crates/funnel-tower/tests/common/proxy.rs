@@ -10,10 +10,10 @@
 use std::io::BufRead as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -103,6 +103,49 @@ fn build_proxy(profile_dir: &Path) {
 pub struct Proxy {
     pub child: Child,
     pub addr: SocketAddr,
+    /// What it printed to stderr after the line that says where it listens, line by line.
+    stderr: Arc<Mutex<Vec<String>>>,
+    /// The thread reading its stderr, done when the proxy has exited.
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Sends it SIGTERM.
+    pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends it the signal `name` (`TERM`, `INT`).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name} {pid}");
+    }
+
+    /// Waits at most `limit` for it to exit (panics after that): its exit status, and all it
+    /// said on stderr after the line that says where it listens.
+    pub fn wait_exit(&mut self, limit: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the proxy did not exit within {limit:?}; it said:\n{}",
+                self.stderr.lock().unwrap().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Its stderr closed when it exited: the reader ends once it has read it all.
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the stderr reader");
+        }
+        (status, self.stderr.lock().unwrap().join("\n"))
+    }
 }
 
 impl Drop for Proxy {
@@ -125,11 +168,15 @@ pub fn start_proxy(host: &str, upstream: SocketAddr, args: &[&str]) -> Proxy {
     // Its first line on stderr: "proxy: listening on <addr> -> ...".
     let stderr = child.stderr.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let said = Arc::new(Mutex::new(Vec::new()));
+    let keep = said.clone();
+    let reader = std::thread::spawn(move || {
         let mut lines = std::io::BufReader::new(stderr).lines();
         let _ = tx.send(lines.next());
-        // Keep draining, so the proxy never blocks on a full pipe.
-        for _ in lines {}
+        // Keep reading, so the proxy never blocks on a full pipe.
+        for line in lines.map_while(Result::ok) {
+            keep.lock().unwrap().push(line);
+        }
     });
     let line = match rx.recv_timeout(Duration::from_secs(30)) {
         Ok(Some(Ok(line))) => line,
@@ -143,19 +190,36 @@ pub fn start_proxy(host: &str, upstream: SocketAddr, args: &[&str]) -> Proxy {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    Proxy { child, addr }
+    Proxy {
+        child,
+        addr,
+        stderr: said,
+        reader: Some(reader),
+    }
 }
 
-/// The upstream on a free loopback port: answers 200 "upstream" and counts what reached it.
+/// The upstream on a free loopback port: answers 200 "upstream" and counts what reached it
+/// (on arrival, before it answers); `/sleep/<ms>` answers after that many milliseconds (a slow
+/// upstream).
 pub async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
     let addr = super::serve_each(move |_| {
         let counter = counter.clone();
-        hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
-            // Relaxed: a count read after the requests are answered.
+        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            // Relaxed: a count read after the requests are answered, or polled for one's
+            // arrival; it orders nothing else.
             counter.fetch_add(1, Ordering::Relaxed);
-            async {
+            let delay = req
+                .uri()
+                .path()
+                .strip_prefix("/sleep/")
+                .and_then(|ms| ms.parse().ok())
+                .map(Duration::from_millis);
+            async move {
+                if let Some(delay) = delay {
+                    tokio::time::sleep(delay).await;
+                }
                 let body = Full::new(Bytes::from_static(b"upstream"));
                 Ok::<_, std::convert::Infallible>(Response::new(body))
             }

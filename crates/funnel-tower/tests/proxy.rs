@@ -18,6 +18,7 @@ use common::proxy::{hits, proxy_binary, start_proxy, upstream, Proxy};
 use common::{client_from, draft_fields, member, request, send, Reply};
 use http::StatusCode;
 use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// GET `path` through the proxy from the loopback address `from`.
 async fn get(proxy: &Proxy, from: &str, path: &str, headers: &[(&str, &[u8])]) -> Reply {
@@ -431,10 +432,36 @@ async fn until_refused(addr: SocketAddr) {
     }
 }
 
-/// SIGTERM with a slow request in flight: the listener closes at once, the request is answered
-/// in full, the proxy exits 0 once it is, and the saved state holds that request's debt.
+/// A connection from `from` to `addr` that has sent the first part of a request's head.
+async fn half_sent(addr: SocketAddr, from: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /half HTTP/1.1\r\nhost: proxy\r\n")
+        .await
+        .unwrap();
+    stream
+}
+
+/// Sends the end of [`half_sent`]'s head and reads what comes back until the proxy closes.
+async fn finish_half_sent(mut stream: tokio::net::TcpStream) -> String {
+    stream.write_all(b"\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the proxy answers and closes within 10 s")
+        .expect("an answer");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// SIGTERM with a slow request in flight and another one half received: the listener closes at
+/// once, both are answered in full, the proxy exits 0 once they are, and the saved state holds
+/// both requests' debts (the half-received one is decided during the drain).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sigterm_drains_the_request_in_flight_then_saves_its_debt() {
+async fn a_sigterm_drains_the_requests_in_flight_then_saves_their_debts() {
     let (up, reached) = upstream().await;
     let dir = std::env::temp_dir().join(format!("funnel-proxy-drain-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -456,14 +483,22 @@ async fn a_sigterm_drains_the_request_in_flight_then_saves_its_debt() {
     assert_eq!(r.status, StatusCode::OK);
 
     let addr = proxy.addr;
+    let half = half_sent(addr, "127.0.0.6").await;
     let slow = tokio::spawn(async move { try_get(addr, "127.0.0.7", "/sleep/2000").await });
     until_reached(&reached, 2).await;
+    // Time for the proxy to read the half-sent head, so it has a request in progress.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let signalled = Instant::now();
     proxy.terminate();
     until_refused(addr).await;
     assert!(
         !slow.is_finished(),
         "the listener must close while the request is still in flight"
+    );
+    let answer = finish_half_sent(half).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("upstream"),
+        "the half-sent request: {answer:?}"
     );
     let reply = slow
         .await
@@ -480,9 +515,9 @@ async fn a_sigterm_drains_the_request_in_flight_then_saves_its_debt() {
         took < Duration::from_secs(8),
         "exited {took:?} after SIGTERM"
     );
-    // Two connections open at the signal: the idle one and the slow one.
+    // Three connections open at the signal: the idle one, the half-sent one, the slow one.
     assert!(
-        said.contains("proxy: draining 2 connection(s)"),
+        said.contains("proxy: draining 3 connection(s)"),
         "it said:\n{said}"
     );
     assert!(said.contains("proxy: drained"), "it said:\n{said}");
@@ -491,15 +526,19 @@ async fn a_sigterm_drains_the_request_in_flight_then_saves_its_debt() {
         "it said:\n{said}"
     );
 
-    // 127.0.0.7 spent one of its two on the drained request: one more fits, not two.
+    // 127.0.0.6 and 127.0.0.7 each spent one of their two on a drained request: one more
+    // fits, not two.
     let proxy = start_proxy("127.0.0.1", up, &args);
-    let r = get(&proxy, "127.0.0.7", "/", &[]).await;
-    assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(member(&draft_fields(&r).1, "ip").get("r"), 0);
-    assert_eq!(
-        get(&proxy, "127.0.0.7", "/", &[]).await.status,
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    for from in ["127.0.0.6", "127.0.0.7"] {
+        let r = get(&proxy, from, "/", &[]).await;
+        assert_eq!(r.status, StatusCode::OK, "{from}");
+        assert_eq!(member(&draft_fields(&r).1, "ip").get("r"), 0, "{from}");
+        assert_eq!(
+            get(&proxy, from, "/", &[]).await.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{from}"
+        );
+    }
     drop(proxy);
     std::fs::remove_dir_all(&dir).unwrap();
 }

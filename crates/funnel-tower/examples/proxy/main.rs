@@ -195,7 +195,8 @@ async fn main() {
     })
     .await;
     drain(open, own.drain.unwrap_or(DEFAULT_DRAIN), &mut signals).await;
-    // After the drain: the requests it let finish were charged, and are in the file.
+    // After the drain, not at the signal: a request whose head was still arriving then is
+    // decided during the drain, and its debt belongs in the file.
     if let Some(path) = &own.state {
         save(path, &layer);
     }

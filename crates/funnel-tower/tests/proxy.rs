@@ -10,6 +10,7 @@
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -277,14 +278,21 @@ fn terminate(mut proxy: Proxy) -> std::process::ExitStatus {
     proxy.wait_exit(Duration::from_secs(30)).0
 }
 
+/// A fresh directory for one test's state file, named after `test` and this process; the path
+/// of the file in it (not written yet).
+fn state_file(test: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("funnel-proxy-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.state");
+    (dir, path)
+}
+
 /// `--state`: a key limited before a SIGTERM is still limited by the restarted proxy; an
 /// unusable state file starts the proxy empty rather than not at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limited_key_stays_limited_across_a_sigterm_and_a_restart() {
     let (up, reached) = upstream().await;
-    let dir = std::env::temp_dir().join(format!("funnel-proxy-state-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("limits.state");
+    let (dir, path) = state_file("state");
     let state = path.to_str().unwrap();
     let args = ["--limit", "ip=5/1h", "--state", state];
 
@@ -368,15 +376,21 @@ async fn the_recent_clock_option_keeps_limits_and_rejects_bad_intervals() {
     assert_eq!(ok, 3, "{statuses:?}");
     assert_eq!(hits(&reached), 3);
     for bad in ["0ms", "2s", "1.5ms", "fast"] {
-        let out = Command::new(proxy_binary())
-            .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=1/1s"])
-            .args(["--recent-clock", bad])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "--recent-clock {bad}");
-        let err = String::from_utf8(out.stderr).unwrap();
+        let err = refused("--recent-clock", bad);
         assert!(err.contains("--recent-clock"), "{err}");
     }
+}
+
+/// Runs the proxy with `flag value` on an otherwise good command line, checks that it exits 2
+/// at once, and returns what it said.
+fn refused(flag: &str, value: &str) -> String {
+    let out = Command::new(proxy_binary())
+        .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=1/1s"])
+        .args([flag, value])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{flag} {value:?}");
+    String::from_utf8(out.stderr).unwrap()
 }
 
 /// GET `path` through the proxy from `from`, on a connection of its own: the reply, or why
@@ -463,9 +477,7 @@ async fn finish_half_sent(mut stream: tokio::net::TcpStream) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_drains_the_requests_in_flight_then_saves_their_debts() {
     let (up, reached) = upstream().await;
-    let dir = std::env::temp_dir().join(format!("funnel-proxy-drain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("limits.state");
+    let (dir, path) = state_file("drain");
     let state = path.to_str().unwrap();
     let args = [
         "--limit",
@@ -587,13 +599,7 @@ async fn a_drain_timeout_or_a_second_signal_cuts_a_slower_request() {
 #[test]
 fn a_bad_drain_timeout_exits_2_and_says_why() {
     for bad in ["", "-1", "+5", "1.5", "10s", "3601", "99999999999999999999"] {
-        let out = Command::new(proxy_binary())
-            .args(["--upstream", "http://127.0.0.1:9", "--limit", "ip=1/1s"])
-            .args(["--drain-timeout", bad])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "--drain-timeout {bad:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
+        let err = refused("--drain-timeout", bad);
         assert!(
             err.contains("--drain-timeout") && err.contains("whole seconds"),
             "{err}"

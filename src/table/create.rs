@@ -217,11 +217,10 @@ impl Table {
     ///
     /// Unbound first, across both buckets as within one (`Scan::slot`): a recovered key
     /// evicted while there was room elsewhere is created again on its next request, through
-    /// the lock and this scan. Under the comparison harness's allowing quota (funnels recover
-    /// between a key's requests) and a table of 1.6 slots a key, counting recovered slots like
-    /// unbound ones across the buckets left 3% of 10 M keys absent after the prefill and reused
-    /// 1.18 M recovered slots in the timed runs; unbound first, 0.3% and 35 k
-    /// (docs/DESIGN.md, "The table", two-choice placement).
+    /// the lock and this scan. Under an allowing quota (funnels recover between a key's
+    /// requests), counting recovered slots like unbound ones across the buckets left many
+    /// times more keys absent after a prefill, and evicted many times more recovered keys,
+    /// than taking unbound slots first (docs/DESIGN.md, "The table", two-choice placement).
     pub(super) fn place<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> Placement<'_> {
         let mut least: Option<(Victim<'_>, u64)> = None;
         let first = self.scan(&self.buckets[home.first], now, quota, &mut least);

@@ -10,18 +10,19 @@ use clap::{Parser, ValueEnum};
 
 use crate::limiters::ClockPolicy;
 
-/// funnel against governor, a Mutex<HashMap> funnel and Redis-backed limiters, on the same
-/// workloads, keys, quotas, clocks and threads.
+/// funnel against governor, pingora-limits, a Mutex<HashMap> funnel and Redis-backed limiters,
+/// on the same workloads, keys, quotas, clocks and threads.
 ///
-/// The default run takes about two minutes on 2 cores: reduced key spaces (100k Zipf, 1M
-/// uniform), three short runs per configuration, short Redis rows. `--full` is the publication
-/// run (full key spaces, a key-space sweep, five runs; about 15 minutes). Progress goes to
+/// The default run, the one published in docs/bench/ (`--publish`), takes about three minutes
+/// on 2 cores: reduced key spaces (100k Zipf, 1M uniform), three short runs per configuration,
+/// short Redis rows. `--full` runs the full key spaces, a key-space sweep and five runs (about
+/// 15 minutes). Progress goes to
 /// stderr, a short table to stdout; CSV files, SVG charts and summary.md go to <out>/<run id>/.
 #[derive(Parser, Debug)]
 #[command(name = "compare", version, about, long_about)]
 struct Args {
-    /// The publication run: full key spaces (1M Zipf, 10M uniform), the key-space sweep, five
-    /// runs of 0.3 s per configuration, Redis rows of 1 s.
+    /// The full run: full key spaces (1M Zipf, 10M uniform), the key-space sweep, five runs of
+    /// 0.3 s per configuration, Redis rows of 1 s.
     #[arg(long, conflicts_with = "quick")]
     full: bool,
     /// A smoke pass for CI: the default scale with runs of 50 ms; exits non-zero on any error.
@@ -54,12 +55,14 @@ struct Args {
     #[arg(long, default_value = "results")]
     out: PathBuf,
     /// Clock policy for workloads 1-5 (real: every limiter reads the TSC, calibrated by quanta;
-    /// manual: every limiter reads a frozen shared counter). The attack mix always replays
-    /// trace times.
+    /// recent: every limiter reads its cheap clock, a time an upkeep thread refreshes every
+    /// millisecond; manual: every limiter reads a frozen shared counter). The attack mix always
+    /// replays trace times.
     #[arg(long, value_enum, default_value_t = ClockPolicy::Real)]
     clock: ClockPolicy,
     /// Run only these parts: workload names (hot-1, hot-1k, zipf-1M, uniform-10M, churn) or
-    /// roles (W1..W5), attack, sweep, redis (Redis rows and over-admission), over, memory.
+    /// roles (W1..W5), attack, sweep, clocks (each clock's cost), sketch (pingora's
+    /// over-admission), redis (Redis rows and over-admission), over, memory.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// Key types.

@@ -7,8 +7,11 @@
 #   crate in the graph that checks it).
 # * Its own target directory (target/loom, or $FUNNEL_LOOM_TARGET_DIR), so the loom build does
 #   not invalidate the ordinary one.
-# * LOOM_MAX_PREEMPTIONS defaults to 3: about 10 s for all models on 2 cores once built (2: about
-#   2 s; 4: about a minute). The build itself (loom and the crate in release) takes minutes.
+# * LOOM_MAX_PREEMPTIONS defaults to 3: two to three minutes for all models on one core once
+#   built, four models taking most of it (2: seconds). The build itself (loom and the crate in
+#   release) takes about a minute.
+# * One model at a time: two at once on two cores were no faster (loom's executions spend as
+#   much time in the kernel as in the models, and two contend there).
 # * Extra arguments go to the test harness: `bash .ci/loom.sh --include-ignored` also runs the
 #   one ignored model, a reproducer of the generation-ABA residual, which fails today.
 set -euo pipefail

@@ -250,19 +250,30 @@ async fn run(args: Run) -> Result<(), String> {
     Ok(())
 }
 
+/// Serves the floor until Ctrl-C. Binds before printing, so the line names the port actually
+/// bound (port 0 picks a free one, which scripts read from the line).
+async fn floor(grpc: SocketAddr) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(grpc)
+        .await
+        .map_err(|e| format!("cannot bind gRPC to {grpc}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("funnel-loadgen floor listening grpc={bound}");
+    tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(Floor))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let result = match Args::parse().cmd {
-        Cmd::Floor { grpc } => {
-            println!("funnel-loadgen floor listening grpc={grpc}");
-            tonic::transport::Server::builder()
-                .add_service(RateLimitServiceServer::new(Floor))
-                .serve_with_shutdown(grpc, async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
-                .await
-                .map_err(|e| e.to_string())
-        }
+        Cmd::Floor { grpc } => floor(grpc).await,
         Cmd::Run(args) => run(args).await,
     };
     match result {

@@ -148,8 +148,8 @@ impl Table {
                     }
                     // In the middle of a migration, candidates still full once split hold keys
                     // that stay there at the new level too: no later chunk of the migration
-                    // frees them, and helping on until it ends made one request split the whole
-                    // old level (0.13-1.03 s at 10 M keys). Make room as the migration's movers do:
+                    // frees them, and helping on until it ends would make one request split the
+                    // whole old level itself. Make room as the migration's movers do:
                     // one cuckoo step, then two (the new level is about half full).
                     if from.is_some()
                         && helped

@@ -244,8 +244,8 @@ impl Table {
         debug_assert!(home.first < self.buckets.len() && home.second < self.buckets.len());
         // SAFETY: a `Home`'s buckets are below the number of buckets allocated, which never
         // changes (`Home`'s invariant), so both indices are in bounds. Unchecked because the
-        // two bounds checks were a measurable part of a cached decision (docs/DESIGN.md, "The
-        // table").
+        // two bounds checks are a part of a cached decision that the minimal loop can see
+        // (docs/DESIGN.md, "How close a cached decision is to its layout's floor").
         #[allow(unsafe_code)]
         let (first, second) = unsafe {
             (

@@ -191,7 +191,9 @@ fn main() {
 /// buckets of seven slots (a tag word, seven fingerprints, seven funnel words), two candidate
 /// buckets a key (Lemire's reduction of the hash and of the hash rotated), both tag words
 /// matched in one SSE2 compare, the first matching slot's fingerprint and word, the GCRA step
-/// and one CAS. None of funnel's protocol: no slot states or generations, no second
+/// and one CAS, with funnel's orderings (Acquire reads of the slot, a Release CAS; Relaxed for
+/// the tags, a filter, and the setup, done before the timed loop), so the floor pays
+/// for the same fences. None of funnel's protocol: no slot states or generations, no second
 /// fingerprint read, no growable shape, no creation (every key is placed up front, first free
 /// slot of the first bucket, then of the second).
 mod floor {

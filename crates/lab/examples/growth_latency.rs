@@ -7,8 +7,8 @@
 //! GROWTH_HUGE=1 cargo run --release -p funnel-lab --example growth_latency   # with Builder::huge_pages(true)
 //! ```
 //!
-//! Each request is timed with two `Instant::now()` reads, which add their own cost (about 30 ns
-//! on the machines of BENCHMARKS.md) to every figure; the percentiles mean something only on an
+//! Each request is timed with two `Instant::now()` reads, which add their own cost to every
+//! figure (the lab's `floors -- clock` measures it); the percentiles mean something only on an
 //! idle machine. Requests slower than a millisecond are listed as they happen.
 
 use funnel::{Limiter, Quota};

@@ -497,9 +497,9 @@ mod tests {
 
     /// A new key whose two candidates stay full of funnels in debt once split (their keys
     /// belong there at the new level too) makes room as a migration's mover does, by a cuckoo
-    /// step, instead of helping the migration chunk after chunk until it ends: before this, such
-    /// a creation split the whole old level itself, and at 10 M keys one request took
-    /// 0.13-1.03 s (`crates/lab/examples/growth_latency.rs`).
+    /// step, instead of helping the migration chunk after chunk until it ends, which would make
+    /// one request split the whole old level itself (the tail `growth_latency` in the lab
+    /// crate measures).
     #[test]
     fn a_creation_whose_split_candidates_stay_full_does_not_finish_the_migration_itself() {
         // Buckets 5 and 6 recover; keys of 0 or 5 fill 0, keys of 1 or 0 fill 1 (`distinct`: a

@@ -1,5 +1,6 @@
 //! Finding a key. The hot path (`find`): both candidate buckets' tag words matched into one
-//! bitmask, each candidate slot validated (key, word, key). The slow path (`locate`): every
+//! bitmask, each candidate slot read as word then key (the decision reads the word again). The
+//! slow path (`locate`): every
 //! slot of the buckets where the key may be, including, while the table grows, the buckets it
 //! had before, and completing a move that another thread left half done.
 
@@ -74,10 +75,8 @@ impl Table {
             let bit = slots.trailing_zeros();
             let (in_second, slot) = slot_of(bit);
             let bucket = if in_second { second } else { first };
-            if let Some(word) = validate(bucket, slot, home.fp) {
-                if state::is_live(word) {
-                    return Some(Found { bucket, slot, word });
-                }
+            if let Some(word) = validate_live(bucket, slot, home.fp) {
+                return Some(Found { bucket, slot, word });
             }
             slots &= slots - 1;
         }
@@ -294,9 +293,29 @@ impl Home {
     }
 }
 
+/// The hot path's reading of slot `slot` of `bucket` for `fp`: its funnel word, which must be
+/// live, then its key, which must be `fp` (`docs/DESIGN.md`, "The slot protocol", reader steps
+/// 2-3). The word is the key's only if it is still the same when the decision ends: the
+/// caller's CAS compares it, and a denial reads it again (`update::charge`; DESIGN.md, "Every
+/// decision reads its word twice").
+#[inline(always)]
+fn validate_live(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
+    // Acquire: pairs with the Release store or CAS that wrote this word (its binding's LIVE
+    // store, or an update's CAS), so the key load below sees that binding's key or a later one.
+    let word = bucket.words[slot].load(Ordering::Acquire);
+    if !state::is_live(word) {
+        return None;
+    }
+    // Acquire: if this reads the key store of a later binding than the word's, it pairs with
+    // that Release store, which follows the binding's RESERVED CAS: the caller's second read
+    // of the word (its CAS, or a denial's load) then sees RESERVED or newer, not `word`.
+    (bucket.keys[slot].load(Ordering::Acquire) == fp).then_some(word)
+}
+
 /// Validates slot `slot` of `bucket` as bound to `fp`, returning the word read while it was:
-/// the key, then the word, then the key again (`docs/DESIGN.md`, "The slot protocol", reader
-/// steps 2-4). The word may be any state; the caller checks which.
+/// the key, then the word, then the key again: the slow path's reading, whose word may be in
+/// any state (the caller checks which), some of which no CAS of the caller's compares
+/// (`docs/DESIGN.md`, "The slot protocol", the slow path).
 #[inline(always)]
 fn validate(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
     // Acquire: if this reads the key store of the binding that bound `fp` here, it pairs with

@@ -227,10 +227,10 @@ fn a_stale_update_cannot_land_on_a_key_that_evicted_its_funnel_with_the_same_tat
 /// Model 2c: a request for a key racing that key's own creation, which evicts a deeply
 /// indebted funnel. The request may see the slot with the new key word while its funnel word
 /// is still the evicted one; its decision must never be taken on that funnel (it would be
-/// refused: the evicted key owes more than the whole burst). Pins the Release key store and
-/// the Acquire key load *before* the word load, which is what lets a denial answer from the
-/// single word it read (DESIGN.md, "A denial reads one word"): without that load, or with it
-/// Relaxed, this model fails.
+/// refused: the evicted key owes more than the whole burst). Pins the hot path's Acquire key
+/// load after the word and a denial's second read of the word (DESIGN.md, "Every decision
+/// reads its word twice"): with that key load Relaxed, or a denial answering from its first
+/// read, this model fails.
 #[test]
 fn a_request_racing_its_keys_creation_is_never_decided_on_the_evicted_funnel() {
     model(|| {

@@ -91,9 +91,9 @@ impl Table {
         let in_use = self.buckets_in_use();
         for bucket in self.buckets[..in_use].iter() {
             for i in 0..super::SLOTS_PER_BUCKET {
-                // Acquire, three times, as a reader of the slot protocol (`docs/DESIGN.md`, "The
-                // slot protocol", steps 2-4): a word read between two reads of the same key
-                // belongs to that key's binding.
+                // Acquire, three times, as the slot protocol's slow path reads a slot
+                // (`docs/DESIGN.md`, "The slot protocol", orderings): a word read between two
+                // reads of the same key belongs to that key's binding.
                 let key = bucket.keys[i].load(Ordering::Acquire);
                 if key < FIRST_FP {
                     continue;

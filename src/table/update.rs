@@ -252,29 +252,37 @@ fn charge<Q: Meter>(found: Found<'_>, fp: u64, now: u64, quota: &Q, n: u64) -> O
     } = found;
     loop {
         let (decision, write) = quota.decide(state::tat_of(word), now, n);
-        let Some(new_tat) = write else {
-            // A denial or a peek writes nothing, and needs no second read: `word` was this
-            // key's funnel when it was loaded (DESIGN.md, "A denial reads one word").
-            return Some(decision);
-        };
-        // Release on success: readers that Acquire this word see our binding's key
-        // (transitively, the creator's key store). Acquire on failure: as the word load in
-        // `validate`, for the key re-check below.
-        match bucket.words[i].compare_exchange_weak(
-            word,
-            state::with_tat(word, new_tat),
-            Ordering::Release,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => return Some(decision),
-            Err(current) => {
-                // The word moved: a concurrent update of our key (retry with it), a rebind or a
-                // seal (give up). Acquire: as the key re-load in `validate`.
-                if !state::is_live(current) || bucket.keys[i].load(Ordering::Acquire) != fp {
-                    return None;
+        // Every decision ends on a second read of its word: `word` is the key's only if the
+        // word has not changed since the key was read (DESIGN.md, "Every decision reads its
+        // word twice").
+        let current = match write {
+            None => {
+                // A denial or a peek writes nothing: read the word again. Acquire: as the word
+                // load in `validate_live`, for the key re-check below when it changed.
+                let current = bucket.words[i].load(Ordering::Acquire);
+                if current == word {
+                    return Some(decision);
                 }
-                word = current;
+                current
             }
+            // Release on success: readers that Acquire this word see our binding's key
+            // (transitively, the creator's key store). Acquire on failure: as the word load in
+            // `validate_live`, for the key re-check below.
+            Some(new_tat) => match bucket.words[i].compare_exchange_weak(
+                word,
+                state::with_tat(word, new_tat),
+                Ordering::Release,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(decision),
+                Err(current) => current,
+            },
+        };
+        // The word moved: a concurrent update of our key (decide again on it), a rebind or a
+        // seal (give up). Acquire: as the key load in `validate_live`.
+        if !state::is_live(current) || bucket.keys[i].load(Ordering::Acquire) != fp {
+            return None;
         }
+        word = current;
     }
 }

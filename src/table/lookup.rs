@@ -17,8 +17,23 @@ pub(super) struct Found<'a> {
     pub(super) bucket: &'a Bucket,
     /// The slot's index in its bucket.
     pub(super) slot: usize,
-    /// The funnel word read while the slot was bound to the key (live).
+    /// The funnel word (live): from [`Table::locate`], read while the slot was bound to the
+    /// key; from [`Table::find`], the key's only once a second read finds it unchanged
+    /// (`update::charge`'s CAS or load, or [`confirmed`](Self::confirmed)).
     pub(super) word: u64,
+}
+
+impl Found<'_> {
+    /// `self` if a second read of the slot's word finds it unchanged, so that the word was the
+    /// key's between the two reads (docs/DESIGN.md, "Every decision reads its word twice"):
+    /// what a caller of [`Table::find`] that neither CASes the word nor goes through
+    /// `update::charge` (a report of the key's arrival time) must do before using it.
+    pub(super) fn confirmed(self) -> Option<Self> {
+        // Acquire: as the first read in `validate_live`. If the key load there saw a later
+        // binding's key store, that binding's RESERVED CAS happens before this load, which then
+        // cannot return the word it replaced.
+        (self.bucket.words[self.slot].load(Ordering::Acquire) == self.word).then_some(self)
+    }
 }
 
 /// What one slot holds for a key, read by the validation protocol.
@@ -53,7 +68,8 @@ impl Table {
     }
 
     /// The hot path: the live slot bound to the key of `probe`, if one of its candidate slots
-    /// at the level in use holds it, looking in the buckets `probe` indexed, whose lines the
+    /// at the level in use holds it, with the word it held; that word is the key's once a
+    /// second read finds it unchanged ([`Found::word`]). Looks in the buckets `probe` indexed, whose lines the
     /// caller has started loading ([`start_words`](Self::start_words), or
     /// [`start_loading`](Self::start_loading) before a clock read). `None` sends the caller to
     /// [`locate`](Self::locate), which also knows the states a growing table passes through.
@@ -330,7 +346,8 @@ fn validate(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
     let word = bucket.words[slot].load(Ordering::Acquire);
     // Acquire: if `word` belongs to a later binding than the key loaded first, this sees that
     // binding's key (or a newer one): a key other than `fp`, unless the slot was rebound to
-    // `fp` yet again in between (the double-rebind residual, DESIGN.md).
+    // `fp` yet again in between (the slow path's residual: DESIGN.md, "Every decision reads
+    // its word twice").
     (bucket.keys[slot].load(Ordering::Acquire) == fp).then_some(word)
 }
 

@@ -16,9 +16,10 @@
 //!
 //! Each ordering and each step of the protocol is pinned by at least one model: weakening any of
 //! the Acquire/Release accesses in `lookup.rs`, `update.rs` and `create.rs` to Relaxed, dropping
-//! the creation lock, the locked rescan, the RESERVED state, either key check around the word load,
-//! or the rebind's generation bump makes at least one model fail, at a preemption bound of 2
-//! already. (A reset keeps the generation;
+//! the creation lock, the locked rescan, the RESERVED state, the hot path's key check after the
+//! word, a decision's or a report's second read of the word, the slow path's key checks around
+//! the word, or the rebind's generation bump makes at least one model fail, at a preemption
+//! bound of 2 already (the models that pin the second read run at 3). (A reset keeps the generation;
 //! `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins why that is right. The one
 //! ignored model reproduces the known forced-eviction ABA residual.)
 
@@ -253,6 +254,64 @@ fn a_request_racing_its_keys_creation_is_never_decided_on_the_evicted_funnel() {
         assert!(theirs.is_allowed());
         assert_eq!(tat_of(&table, B), Some(30));
         assert_eq!(tat_of(&table, A), None);
+        table.check_invariants().unwrap();
+    });
+}
+
+/// Model 2d: model 2c with a report in place of the request: the key's arrival time
+/// (`Table::arrival_time`, which `check_all` reads for the limits it does not charge), read
+/// while the key is created, is 0 (absent) or the key's own, never the evicted funnel's. Pins
+/// the report's second read of the word (`Found::confirmed`): without it this model fails. The
+/// reader runs on the spawned thread: loom explores far fewer interleavings of a read-only
+/// main thread.
+#[test]
+fn an_arrival_time_racing_its_keys_creation_is_never_the_evicted_funnels() {
+    model(|| {
+        let table = table(1);
+        bind(&table, A, 100); // the least indebted, yet far beyond any burst at now = 10
+        bind(&table, X, 200);
+        bind(&table, Y, 300);
+        bind(&table, Z, 400);
+        let q = quota(4, 10);
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || table.arrival_time(&table.home(B)))
+        };
+        assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed());
+        let tat = reader.join().unwrap();
+        assert!(
+            tat == 0 || tat == 20,
+            "B's arrival time read from A's funnel: {tat}"
+        );
+        table.check_invariants().unwrap();
+    });
+}
+
+/// Model 2e: a peek of B whose first read finds B's recovered funnel, whose second read finds
+/// A's (A evicted B), and whose key load after that finds B again (B created again, evicting
+/// A): the peek must not answer from A's funnel. Pins the Acquire of the key load after a
+/// changed second read (`update::charge`): with it Relaxed this model fails.
+#[test]
+fn a_peek_retrying_across_two_rebinds_is_never_decided_on_the_middle_funnel() {
+    model(|| {
+        let table = table(1);
+        bind(&table, B, 5); // recovered at now = 10: the first to go
+        bind(&table, X, 200);
+        bind(&table, Y, 300);
+        bind(&table, Z, 400);
+        let q = quota(4, 10);
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || table.decide(&table.home(B), 10, &q, 0))
+        };
+        assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed()); // evicts B: A at 40
+        assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed()); // evicts A: B at 20
+        let peek = reader.join().unwrap();
+        assert!(
+            peek.remaining() >= 3,
+            "the peek of B was decided on A's funnel: {peek:?}"
+        );
+        assert_eq!(tat_of(&table, B), Some(20));
         table.check_invariants().unwrap();
     });
 }

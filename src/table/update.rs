@@ -1,6 +1,6 @@
-//! Deciding and updating a key that is present: one CAS loop on its funnel word (lock-free), a
-//! denial reads one word and writes nothing; an absent key falls back to creation
-//! (`create.rs`).
+//! Deciding and updating a key that is present: one CAS loop on its funnel word (lock-free); a
+//! denial writes nothing and reads the word a second time instead; an absent key falls back to
+//! creation (`create.rs`).
 
 use super::create::Created;
 use super::lookup::{Found, Probe};
@@ -28,7 +28,8 @@ impl Table {
     /// the request is allowed and the key is absent.
     ///
     /// The hot path (the key is present at the level in use) is inlined into the caller:
-    /// hash, tag match, validation, the arithmetic and at most one CAS. Everything else is out
+    /// hash, tag match, validation, the arithmetic and the second read of the word (a CAS, or a
+    /// denial's load). Everything else is out
     /// of line in [`decide_slow`](Self::decide_slow), which takes only the fingerprint, so the
     /// hot path keeps its state in registers.
     #[inline(always)]
@@ -80,7 +81,10 @@ impl Table {
                         self.nudge(fp, now, quota);
                         return decision;
                     }
-                    None => continue, // rebound or sealed under us: look again
+                    // Rebound or sealed between the decision's two reads of the word (an allowed
+                    // request's CAS failed, or a denial's second load found another key's word):
+                    // look again.
+                    None => continue,
                 }
             }
             let Some(new_tat) = write else {
@@ -197,20 +201,31 @@ impl Table {
 
     /// The key's arrival time, `0` when it is absent (the same as a fresh funnel): a report, as
     /// a peek is, read without a lock unless its lookups miss the key while one of its moves
-    /// runs (then once more under its lock, as `decide_slow` does).
+    /// runs (then once more under its lock, as `decide_slow` does). The word it answers from is
+    /// read a second time, as a decision's is (`Found::confirmed`); a word that changed in
+    /// between is looked up again.
     pub(crate) fn arrival_time(&self, home: &Home) -> u64 {
         let fp = home.fp;
         let before = self.moves_before(fp);
-        Self::find(self.start_words(home))
-            .or_else(|| self.locate(fp))
-            .or_else(|| {
-                if self.moved_since(fp, before) {
-                    self.locate_locked(fp)
-                } else {
-                    None
+        loop {
+            let found = Self::find(self.start_words(home))
+                .or_else(|| self.locate(fp))
+                .or_else(|| {
+                    if self.moved_since(fp, before) {
+                        self.locate_locked(fp)
+                    } else {
+                        None
+                    }
+                });
+            match found {
+                None => return 0,
+                Some(found) => {
+                    if let Some(found) = found.confirmed() {
+                        return state::tat_of(found.word);
+                    }
                 }
-            })
-            .map_or(0, |found| state::tat_of(found.word))
+            }
+        }
     }
 
     /// Empties the key's funnel; true if the key was tracked.

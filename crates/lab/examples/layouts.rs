@@ -223,7 +223,8 @@ fn place<T: Slots>(table: &[T], fp: u64, keep_first: usize) -> bool {
 }
 
 /// A table of either layout, filled by the two-choice rule; `find` returns the funnel word of
-/// the key and its value, validated as funnel validates (key, word, key).
+/// the key and its value, read as funnel's hot path reads a slot (the word, then the key; the
+/// caller reads the word a second time, by its CAS or, for a denial, a load).
 trait Layout: Sync {
     fn with_slots(slots: usize) -> Self;
     fn insert(&self, fp: u64) -> bool;
@@ -231,15 +232,12 @@ trait Layout: Sync {
 }
 
 // Relaxed loads throughout the builds (one thread, before timing); the lookups use funnel's
-// orderings (Acquire on the key and word loads of the validation), which on x86_64 are plain
-// loads either way.
+// orderings (Acquire on the word and key loads, and on a denial's second load of the word),
+// which on x86_64 are plain loads either way.
 
-/// Key, word, key: the word read while the slot held `fp`.
+/// The word, then the key: the word is the key's if a second read finds it unchanged.
 #[inline(always)]
 fn validate(key: &AtomicU64, word: &AtomicU64, fp: u64) -> Option<u64> {
-    if key.load(Ordering::Acquire) != fp {
-        return None;
-    }
     let w = word.load(Ordering::Acquire);
     (key.load(Ordering::Acquire) == fp).then_some(w)
 }
@@ -406,7 +404,8 @@ fn probe_one<L: Layout>(
                             .is_ok(),
                     )
                 } else {
-                    v
+                    // A denial's second read of the word.
+                    u64::from(word.load(Ordering::Acquire) == v)
                 });
             }
         }

@@ -99,6 +99,17 @@ fn table(buckets: usize) -> Arc<Table> {
     Arc::new(table)
 }
 
+/// A one-bucket table full of funnels in debt at time 10: `first` with arrival time `tat`, the
+/// least indebted and so the one a new key evicts, then X, Y and Z far behind it.
+fn full_bucket(first: u64, tat: u64) -> Arc<Table> {
+    let table = table(1);
+    bind(&table, first, tat);
+    bind(&table, X, 200);
+    bind(&table, Y, 300);
+    bind(&table, Z, 400);
+    table
+}
+
 /// Binds `hash` in a free candidate slot with an arrival time of exactly `tat` (a request
 /// of `tat` units at time 0 on a 1 ns quota). Single-threaded setup.
 pub(super) fn bind(table: &Table, hash: u64, tat: u64) {
@@ -235,11 +246,8 @@ fn a_stale_update_cannot_land_on_a_key_that_evicted_its_funnel_with_the_same_tat
 #[test]
 fn a_request_racing_its_keys_creation_is_never_decided_on_the_evicted_funnel() {
     model(|| {
-        let table = table(1);
-        bind(&table, A, 100); // the least indebted, yet far beyond any burst at now = 10
-        bind(&table, X, 200);
-        bind(&table, Y, 300);
-        bind(&table, Z, 400);
+        // A is the least indebted, yet far beyond any burst at now = 10.
+        let table = full_bucket(A, 100);
         let q = quota(4, 10);
         let creator = {
             let table = table.clone();
@@ -267,18 +275,15 @@ fn a_request_racing_its_keys_creation_is_never_decided_on_the_evicted_funnel() {
 #[test]
 fn an_arrival_time_racing_its_keys_creation_is_never_the_evicted_funnels() {
     model(|| {
-        let table = table(1);
-        bind(&table, A, 100); // the least indebted, yet far beyond any burst at now = 10
-        bind(&table, X, 200);
-        bind(&table, Y, 300);
-        bind(&table, Z, 400);
-        let q = quota(4, 10);
-        let reader = {
-            let table = table.clone();
-            thread::spawn(move || table.arrival_time(&table.home(B)))
-        };
-        assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed());
-        let tat = reader.join().unwrap();
+        let (table, tat) = racing(
+            full_bucket(A, 100),
+            |table| table.arrival_time(&table.home(B)),
+            |table| {
+                assert!(table
+                    .decide(&table.home(B), 10, &quota(4, 10), 1)
+                    .is_allowed())
+            },
+        );
         assert!(
             tat == 0 || tat == 20,
             "B's arrival time read from A's funnel: {tat}"
@@ -294,19 +299,16 @@ fn an_arrival_time_racing_its_keys_creation_is_never_the_evicted_funnels() {
 #[test]
 fn a_peek_retrying_across_two_rebinds_is_never_decided_on_the_middle_funnel() {
     model(|| {
-        let table = table(1);
-        bind(&table, B, 5); // recovered at now = 10: the first to go
-        bind(&table, X, 200);
-        bind(&table, Y, 300);
-        bind(&table, Z, 400);
-        let q = quota(4, 10);
-        let reader = {
-            let table = table.clone();
-            thread::spawn(move || table.decide(&table.home(B), 10, &q, 0))
-        };
-        assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed()); // evicts B: A at 40
-        assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed()); // evicts A: B at 20
-        let peek = reader.join().unwrap();
+        // B has recovered at now = 10: the first to go.
+        let (table, peek) = racing(
+            full_bucket(B, 5),
+            |table| table.decide(&table.home(B), 10, &quota(4, 10), 0),
+            |table| {
+                let q = quota(4, 10);
+                assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed()); // evicts B: A at 40
+                assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed()); // evicts A: B at 20
+            },
+        );
         assert!(
             peek.remaining() >= 3,
             "the peek of B was decided on A's funnel: {peek:?}"

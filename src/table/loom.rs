@@ -318,6 +318,33 @@ fn a_peek_retrying_across_two_rebinds_is_never_decided_on_the_middle_funnel() {
     });
 }
 
+/// Model 2f: the slow path's double rebind, under an update that writes nothing (a refund with
+/// nothing to give back, `check_all`'s report after an undo): its key, word, key reading can
+/// see B, then A's word (A evicted B), then B again (B created again, evicting A). The arrival
+/// time it reports must be B's (old or new) or none, never A's. Pins the update's second read
+/// of the word before it answers `Unchanged`: without it this model fails.
+#[test]
+fn an_update_that_writes_nothing_across_two_rebinds_is_never_the_middle_funnels() {
+    use super::Updated;
+    model(|| {
+        // B has recovered at now = 10: the first to go.
+        let (table, seen) = racing(
+            full_bucket(B, 5),
+            |table| table.update(&table.home(B), 10, &quota(4, 10), |_| None),
+            |table| {
+                let q = quota(4, 10);
+                assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed()); // evicts B: A at 40
+                assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed()); // evicts A: B at 20
+            },
+        );
+        assert!(
+            matches!(seen, Updated::Unchanged(0 | 5 | 20)),
+            "B's arrival time read from A's funnel: {seen:?}"
+        );
+        table.check_invariants().unwrap();
+    });
+}
+
 /// Model 3: two creators of one new key serialise on its home bucket's lock; the second finds
 /// the first's binding and updates it. One live slot, charged twice.
 #[test]

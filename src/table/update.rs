@@ -162,7 +162,18 @@ impl Table {
                 }
                 let tat = state::tat_of(word);
                 let Some(new_tat) = f(tat) else {
-                    return Updated::Unchanged(tat);
+                    // Nothing to write: read the word again, as a denial does, so that the
+                    // answer is the key's (DESIGN.md, "Every decision reads its word twice").
+                    // Acquire, both: as in `charge`.
+                    let current = bucket.words[i].load(Ordering::Acquire);
+                    if current == word {
+                        return Updated::Unchanged(tat);
+                    }
+                    if bucket.keys[i].load(Ordering::Acquire) != fp {
+                        continue 'lookup;
+                    }
+                    word = current;
+                    continue;
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
                 // Release on success / Acquire on failure: as in `charge`.

@@ -1,8 +1,8 @@
 //! Finding a key. The hot path (`find`): both candidate buckets' tag words matched into one
-//! bitmask, each candidate slot read as word then key (the decision reads the word again). The
-//! slow path (`locate`): every
-//! slot of the buckets where the key may be, including, while the table grows, the buckets it
-//! had before, and completing a move that another thread left half done.
+//! bitmask, each candidate slot read as word then key (the decision reads the word again:
+//! `reread`). The slow path (`locate`): every slot of the buckets where the key may be,
+//! including, while the table grows, the buckets it had before, and completing a move that
+//! another thread left half done.
 
 use super::bucket::Bucket;
 use super::tags::{candidates, slot_of};
@@ -24,16 +24,41 @@ pub(super) struct Found<'a> {
 }
 
 impl Found<'_> {
-    /// `self` if a second read of the slot's word finds it unchanged, so that the word was the
-    /// key's between the two reads (docs/DESIGN.md, "Every decision reads its word twice"):
-    /// what a caller of [`Table::find`] that neither CASes the word nor goes through
-    /// `update::charge` (a report of the key's arrival time) must do before using it.
+    /// `self` if a second read of the slot's word finds it unchanged ([`reread`]): what a
+    /// caller of [`Table::find`] that neither CASes the word nor goes through `update::charge`
+    /// (a report of the key's arrival time) must do before using it.
     pub(super) fn confirmed(self) -> Option<Self> {
-        // Acquire: as the first read in `validate_live`. If the key load there saw a later
-        // binding's key store, that binding's RESERVED CAS happens before this load, which then
-        // cannot return the word it replaced.
-        (self.bucket.words[self.slot].load(Ordering::Acquire) == self.word).then_some(self)
+        reread(self.bucket, self.slot, self.word)
+            .is_ok()
+            .then_some(self)
     }
+}
+
+/// The second read of slot `slot`'s word that ends a decision or a report writing nothing (an
+/// allowed request's CAS is the other kind): `Ok` when it is still `word`, which was then the
+/// key's between the two reads (docs/DESIGN.md, "Every decision reads its word twice"); else
+/// the word it holds now, for [`still_bound`].
+#[inline(always)]
+pub(super) fn reread(bucket: &Bucket, slot: usize, word: u64) -> Result<(), u64> {
+    // Acquire: as the first read in `validate_live`, for `still_bound` when it changed. And if
+    // the key load after the first read saw a later binding's key store, that binding's
+    // RESERVED CAS happens before this load, which then cannot return the word it replaced.
+    let current = bucket.words[slot].load(Ordering::Acquire);
+    if current == word {
+        Ok(())
+    } else {
+        Err(current)
+    }
+}
+
+/// After a second read (or a failed CAS) found slot `slot`'s word changed: whether the slot
+/// still holds `fp`, so the caller may decide again on the word it now read (a concurrent
+/// update of the key) rather than look the key up again (a rebind).
+#[inline(always)]
+pub(super) fn still_bound(bucket: &Bucket, slot: usize, fp: u64) -> bool {
+    // Acquire: as the key load in `validate_live` (the decision taken again ends on another
+    // second read of the word).
+    bucket.keys[slot].load(Ordering::Acquire) == fp
 }
 
 /// What one slot holds for a key, read by the validation protocol.
@@ -69,8 +94,8 @@ impl Table {
 
     /// The hot path: the live slot bound to the key of `probe`, if one of its candidate slots
     /// at the level in use holds it, with the word it held; that word is the key's once a
-    /// second read finds it unchanged ([`Found::word`]). Looks in the buckets `probe` indexed, whose lines the
-    /// caller has started loading ([`start_words`](Self::start_words), or
+    /// second read finds it unchanged ([`Found::word`]). Looks in the buckets `probe` indexed,
+    /// whose lines the caller has started loading ([`start_words`](Self::start_words), or
     /// [`start_loading`](Self::start_loading) before a clock read). `None` sends the caller to
     /// [`locate`](Self::locate), which also knows the states a growing table passes through.
     #[inline(always)]

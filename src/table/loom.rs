@@ -18,10 +18,10 @@
 //! the Acquire/Release accesses in `lookup.rs`, `update.rs` and `create.rs` to Relaxed, dropping
 //! the creation lock, the locked rescan, the RESERVED state, the hot path's key check after the
 //! word, a decision's or a report's second read of the word, the slow path's key checks around
-//! the word, or the rebind's generation bump makes at least one model fail, at a preemption
-//! bound of 2 already (the models that pin the second read run at 3). (A reset keeps the generation;
-//! `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins why that is right. The one
-//! ignored model reproduces the known forced-eviction ABA residual.)
+//! the word, or the rebind's generation bump makes at least one model fail at the suite's
+//! preemption bound of 3 (most already at 2). (A reset keeps the generation;
+//! `a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets` pins why that is right. The
+//! one ignored model reproduces the known forced-eviction ABA residual.)
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! creation (`create.rs`).
 
 use super::create::Created;
-use super::lookup::{Found, Probe};
+use super::lookup::{reread, still_bound, Found, Probe};
 use super::{Home, Table};
 use crate::decision::Decision;
 use crate::meter::Meter;
@@ -29,9 +29,8 @@ impl Table {
     ///
     /// The hot path (the key is present at the level in use) is inlined into the caller:
     /// hash, tag match, validation, the arithmetic and the second read of the word (a CAS, or a
-    /// denial's load). Everything else is out
-    /// of line in [`decide_slow`](Self::decide_slow), which takes only the fingerprint, so the
-    /// hot path keeps its state in registers.
+    /// denial's load). Everything else is out of line in [`decide_slow`](Self::decide_slow),
+    /// which takes only the fingerprint, so the hot path keeps its state in registers.
     #[inline(always)]
     pub(crate) fn decide<Q: Meter>(&self, home: &Home, now: u64, quota: &Q, n: u64) -> Decision {
         self.decide_loaded(self.start_words(home), now, quota, n)
@@ -163,16 +162,12 @@ impl Table {
                 let tat = state::tat_of(word);
                 let Some(new_tat) = f(tat) else {
                     // Nothing to write: read the word again, as a denial does, so that the
-                    // answer is the key's (DESIGN.md, "Every decision reads its word twice").
-                    // Acquire, both: as in `charge`.
-                    let current = bucket.words[i].load(Ordering::Acquire);
-                    if current == word {
-                        return Updated::Unchanged(tat);
+                    // answer is the key's; a changed word is decided again (`reread`).
+                    match reread(bucket, i, word) {
+                        Ok(()) => return Updated::Unchanged(tat),
+                        Err(current) if still_bound(bucket, i, fp) => word = current,
+                        Err(_) => continue 'lookup,
                     }
-                    if bucket.keys[i].load(Ordering::Acquire) != fp {
-                        continue 'lookup;
-                    }
-                    word = current;
                     continue;
                 };
                 let new_tat = new_tat.min(state::MAX_TAT);
@@ -184,13 +179,9 @@ impl Table {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => return Updated::Written(tat, new_tat),
-                    Err(current) => {
-                        // Acquire: as in `charge`; a rebind sends us back to the lookup.
-                        if bucket.keys[i].load(Ordering::Acquire) != fp {
-                            continue 'lookup;
-                        }
-                        word = current;
-                    }
+                    // A rebind sends us back to the lookup.
+                    Err(current) if still_bound(bucket, i, fp) => word = current,
+                    Err(_) => continue 'lookup,
                 }
             }
         }
@@ -219,7 +210,7 @@ impl Table {
         let fp = home.fp;
         let before = self.moves_before(fp);
         loop {
-            let found = Self::find(self.start_words(home))
+            let Some(found) = Self::find(self.start_words(home))
                 .or_else(|| self.locate(fp))
                 .or_else(|| {
                     if self.moved_since(fp, before) {
@@ -227,14 +218,12 @@ impl Table {
                     } else {
                         None
                     }
-                });
-            match found {
-                None => return 0,
-                Some(found) => {
-                    if let Some(found) = found.confirmed() {
-                        return state::tat_of(found.word);
-                    }
-                }
+                })
+            else {
+                return 0;
+            };
+            if let Some(found) = found.confirmed() {
+                return state::tat_of(found.word);
             }
         }
     }
@@ -282,18 +271,13 @@ fn charge<Q: Meter>(found: Found<'_>, fp: u64, now: u64, quota: &Q, n: u64) -> O
         // word has not changed since the key was read (DESIGN.md, "Every decision reads its
         // word twice").
         let current = match write {
-            None => {
-                // A denial or a peek writes nothing: read the word again. Acquire: as the word
-                // load in `validate_live`, for the key re-check below when it changed.
-                let current = bucket.words[i].load(Ordering::Acquire);
-                if current == word {
-                    return Some(decision);
-                }
-                current
-            }
+            // A denial or a peek writes nothing: read the word again.
+            None => match reread(bucket, i, word) {
+                Ok(()) => return Some(decision),
+                Err(current) => current,
+            },
             // Release on success: readers that Acquire this word see our binding's key
-            // (transitively, the creator's key store). Acquire on failure: as the word load in
-            // `validate_live`, for the key re-check below.
+            // (transitively, the creator's key store). Acquire on failure: as `reread`'s load.
             Some(new_tat) => match bucket.words[i].compare_exchange_weak(
                 word,
                 state::with_tat(word, new_tat),
@@ -305,8 +289,8 @@ fn charge<Q: Meter>(found: Found<'_>, fp: u64, now: u64, quota: &Q, n: u64) -> O
             },
         };
         // The word moved: a concurrent update of our key (decide again on it), a rebind or a
-        // seal (give up). Acquire: as the key load in `validate_live`.
-        if !state::is_live(current) || bucket.keys[i].load(Ordering::Acquire) != fp {
+        // seal (give up).
+        if !state::is_live(current) || !still_bound(bucket, i, fp) {
             return None;
         }
         word = current;

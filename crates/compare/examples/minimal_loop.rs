@@ -194,7 +194,7 @@ fn main() {
 /// and one CAS, with funnel's orderings (Acquire reads of the slot, a Release CAS; Relaxed for
 /// the tags, a filter, and the setup, done before the timed loop), so the floor pays
 /// for the same fences. None of funnel's protocol: no slot states or generations, no second
-/// fingerprint read, no growable shape, no creation (every key is placed up front, first free
+/// read of the word for a denial, no growable shape, no creation (every key is placed up front, first free
 /// slot of the first bucket, then of the second).
 mod floor {
     use std::sync::atomic::{AtomicU64, Ordering};

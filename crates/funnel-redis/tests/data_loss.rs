@@ -180,16 +180,14 @@ async fn a_failover_to_a_replica_that_missed_writes_empties_the_deny_cache() {
 
 /// Until `replica` holds the value `primary` holds at `key`, for up to 10 s.
 fn until_replicated(primary: &RedisServer, replica: &RedisServer, key: &str) {
-    let get = |server: &RedisServer| -> Option<String> {
-        redis::cmd("GET")
-            .arg(key)
-            .query(&mut inspect(server))
-            .unwrap()
+    let get = |con: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET").arg(key).query(con).unwrap()
     };
-    let want = get(primary);
+    let want = get(&mut inspect(primary));
     assert!(want.is_some(), "the primary holds {key}");
+    let mut replica = inspect(replica);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while get(replica) != want {
+    while get(&mut replica) != want {
         assert!(Instant::now() < deadline, "{key} never reached the replica");
         std::thread::sleep(Duration::from_millis(5));
     }

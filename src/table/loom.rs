@@ -292,6 +292,16 @@ fn an_arrival_time_racing_its_keys_creation_is_never_the_evicted_funnels() {
     });
 }
 
+/// Runs `op` on another thread while B's slot is rebound twice at time 10: B, recovered (arrival
+/// time 5), is evicted by A's creation (A at 40), then B is created again, evicting A (B at 20).
+fn racing_two_rebinds<T: Send + 'static>(op: fn(&Table) -> T) -> (Arc<Table>, T) {
+    racing(full_bucket(B, 5), op, |table| {
+        let q = quota(4, 10);
+        assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed());
+        assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed());
+    })
+}
+
 /// Model 2e: a peek of B whose first read finds B's recovered funnel, whose second read finds
 /// A's (A evicted B), and whose key load after that finds B again (B created again, evicting
 /// A): the peek must not answer from A's funnel. Pins the Acquire of the key load after a
@@ -299,16 +309,8 @@ fn an_arrival_time_racing_its_keys_creation_is_never_the_evicted_funnels() {
 #[test]
 fn a_peek_retrying_across_two_rebinds_is_never_decided_on_the_middle_funnel() {
     model(|| {
-        // B has recovered at now = 10: the first to go.
-        let (table, peek) = racing(
-            full_bucket(B, 5),
-            |table| table.decide(&table.home(B), 10, &quota(4, 10), 0),
-            |table| {
-                let q = quota(4, 10);
-                assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed()); // evicts B: A at 40
-                assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed()); // evicts A: B at 20
-            },
-        );
+        let (table, peek) =
+            racing_two_rebinds(|table| table.decide(&table.home(B), 10, &quota(4, 10), 0));
         assert!(
             peek.remaining() >= 3,
             "the peek of B was decided on A's funnel: {peek:?}"
@@ -327,16 +329,8 @@ fn a_peek_retrying_across_two_rebinds_is_never_decided_on_the_middle_funnel() {
 fn an_update_that_writes_nothing_across_two_rebinds_is_never_the_middle_funnels() {
     use super::Updated;
     model(|| {
-        // B has recovered at now = 10: the first to go.
-        let (table, seen) = racing(
-            full_bucket(B, 5),
-            |table| table.update(&table.home(B), 10, &quota(4, 10), |_| None),
-            |table| {
-                let q = quota(4, 10);
-                assert!(table.decide(&table.home(A), 10, &q, 3).is_allowed()); // evicts B: A at 40
-                assert!(table.decide(&table.home(B), 10, &q, 1).is_allowed()); // evicts A: B at 20
-            },
-        );
+        let (table, seen) =
+            racing_two_rebinds(|table| table.update(&table.home(B), 10, &quota(4, 10), |_| None));
         assert!(
             matches!(seen, Updated::Unchanged(0 | 5 | 20)),
             "B's arrival time read from A's funnel: {seen:?}"

@@ -12,7 +12,8 @@
 //!   branch per slot. Tags are a filter only: every match is validated on the full 64-bit
 //!   fingerprint.
 //! * `keys[i]` is the fingerprint bound to slot `i`, `words[i]` its packed funnel word
-//!   (`state.rs`). A hit reads its tag word, one fingerprint and its funnel word.
+//!   (`state.rs`). A hit reads its tag word, one fingerprint and its funnel word; in a sparse
+//!   table, a hit at the key's preferred slot reads no tag word (`preferred.rs`).
 //! * `lock` is, in a fixed table, the creation lock of the keys whose first bucket this is
 //!   (`create.rs`), and `moves` the count of those keys' moves (`moves.rs`); a growable table
 //!   has arrays of its own (`grow/`) and leaves both unused.

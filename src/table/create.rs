@@ -109,7 +109,7 @@ struct Scan<'a> {
     free: usize,
     /// The one to take: the first unbound slot if any (so a recovered key keeps its slot while
     /// there is room, and need not be created again on its next request), else the first
-    /// recovered one.
+    /// recovered one; among either kind, the key's preferred slot before the others.
     slot: Option<Victim<'a>>,
 }
 
@@ -191,6 +191,10 @@ impl Table {
                 }
             };
             if self.bind(fp, victim, BindAs::Live(new_tat)).is_some() {
+                if victim.taken == Taken::Unbound {
+                    // Relaxed: a statistic, read for a hint.
+                    self.keep_preference(fp, self.shard(fp).bound.load(Ordering::Relaxed));
+                }
                 return Created::Bound;
             }
             // The slot moved under us (an update or another creator got there first): choose
@@ -213,7 +217,9 @@ impl Table {
     /// Two-choice placement: the candidate bucket of `home` with more free slots (EMPTY, dead,
     /// or recovered) offers its slot, the first bucket on a tie, except that an unbound slot
     /// in either bucket comes before a recovered one in the other; the least indebted live
-    /// slot of either is the victim of last resort.
+    /// slot of either is the victim of last resort. While the table is sparse, the key's
+    /// preferred slot comes first when it is unbound (`preferred.rs`): its lookups then read no
+    /// tag word.
     ///
     /// Unbound first, across both buckets as within one (`Scan::slot`): a recovered key
     /// evicted while there was room elsewhere is created again on its next request, through
@@ -223,14 +229,25 @@ impl Table {
     /// than taking unbound slots first (docs/DESIGN.md, "The table", two-choice placement).
     pub(super) fn place<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> Placement<'_> {
         let mut least: Option<(Victim<'_>, u64)> = None;
-        let first = self.scan(&self.buckets[home.first], now, quota, &mut least);
+        let preferred = super::preferred::slot(home.fp);
+        let first = self.scan(
+            &self.buckets[home.first],
+            Some(preferred),
+            now,
+            quota,
+            &mut least,
+        );
         let second = if home.second == home.first {
             Scan::default()
         } else {
-            self.scan(&self.buckets[home.second], now, quota, &mut least)
+            self.scan(&self.buckets[home.second], None, now, quota, &mut least)
         };
         let unbound = |scan: &Scan<'_>| matches!(scan.slot, Some(v) if v.taken == Taken::Unbound);
-        let free = if unbound(&first) != unbound(&second) {
+        let at_preferred =
+            matches!(first.slot, Some(v) if v.taken == Taken::Unbound && v.slot == preferred);
+        let free = if at_preferred && super::preferred::PLACE && self.prefer.first() {
+            first.slot
+        } else if unbound(&first) != unbound(&second) {
             if unbound(&first) {
                 first.slot
             } else {
@@ -312,10 +329,12 @@ impl Table {
     }
 
     /// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live
-    /// slot (the earliest to expire under `quota`'s algorithm).
+    /// slot (the earliest to expire under `quota`'s algorithm). `preferred`: the key's preferred
+    /// slot, if this is its first bucket.
     fn scan<'a, Q: Meter>(
         &'a self,
         bucket: &'a Bucket,
+        preferred: Option<usize>,
         now: u64,
         quota: &Q,
         least: &mut Option<(Victim<'a>, u64)>,
@@ -336,7 +355,9 @@ impl Table {
                     // Never bound, or left by a finished move or an abandoned target: free,
                     // its next binding numbered from the generation it kept (`gen_of`: 0 for
                     // EMPTY). The RESERVED CAS revalidates the word.
-                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
+                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound)
+                        || preferred == Some(slot)
+                    {
                         found.slot = Some(victim(state::gen_of(word), Taken::Unbound));
                     }
                 }
@@ -349,9 +370,13 @@ impl Table {
                     }
                     continue;
                 }
-                SlotState::Live { gen, tat } if quota.expiry(tat) <= now => {
-                    found.slot.get_or_insert(victim(gen, Taken::Recovered));
-                }
+                SlotState::Live { gen, tat } if quota.expiry(tat) <= now => match found.slot {
+                    None => found.slot = Some(victim(gen, Taken::Recovered)),
+                    Some(v) if v.taken == Taken::Recovered && preferred == Some(slot) => {
+                        found.slot = Some(victim(gen, Taken::Recovered))
+                    }
+                    Some(_) => {}
+                },
                 SlotState::Live { gen, tat } => {
                     let expiry = quota.expiry(tat);
                     if least.is_none_or(|(_, e)| expiry < e) {

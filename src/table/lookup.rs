@@ -6,7 +6,7 @@
 
 use super::bucket::Bucket;
 use super::tags::{candidates, slot_of};
-use super::{prefetch, Home, Table};
+use super::{preferred, prefetch, Home, Table};
 use crate::state::{self, SlotState};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -104,7 +104,18 @@ impl Table {
             home,
             first,
             second,
+            prefer,
         } = probe;
+        if prefer {
+            let slot = preferred::slot(home.fp);
+            if let Some(word) = validate_live(first, slot, home.fp) {
+                return Some(Found {
+                    bucket: first,
+                    slot,
+                    word,
+                });
+            }
+        }
         // Relaxed: tags are a filter (`tags.rs`); every candidate is validated below, and a
         // stale miss only sends us to the slow path, which reads every slot of the buckets.
         let mut slots = candidates(
@@ -297,6 +308,7 @@ impl Table {
             home: *home,
             first,
             second,
+            prefer: self.prefer.first(),
         }
     }
 }
@@ -309,6 +321,8 @@ pub(crate) struct Probe<'a> {
     home: Home,
     first: &'a Bucket,
     second: &'a Bucket,
+    /// Whether to read the key's preferred slot first (`preferred.rs`).
+    prefer: bool,
 }
 
 impl Probe<'_> {

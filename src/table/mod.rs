@@ -8,7 +8,8 @@
 //! comments here name the step of that argument they implement.
 //!
 //! * **Finding** a key loads the tag words of both candidate buckets together and matches them
-//!   into one bitmask: no branch per slot, and the two buckets' cache misses overlap.
+//!   into one bitmask: no branch per slot, and the two buckets' cache misses overlap. While the
+//!   table is sparse, the key's preferred slot is read first (`preferred.rs`).
 //! * **Updating** a key that is present is lock-free: validate the slot, compute, one CAS on
 //!   the funnel word; a denial writes nothing and reads the funnel word once.
 //! * **Creating** a key is serialised per lock stripe by a one-byte spin lock (`create.rs`), so
@@ -21,7 +22,8 @@
 //!
 //! Modules, one job each: `bucket.rs` (layout, setting a tag, the zeroed allocation), `tags.rs`
 //! (tags and their match over both buckets), `lookup.rs` (finding and validating a key's slot,
-//! prefetching), `update.rs` (deciding and updating a present key, falling back to creation),
+//! prefetching), `preferred.rs` (the slot a key reads first while the table is sparse),
+//! `update.rs` (deciding and updating a present key, falling back to creation),
 //! `create.rs` (the creation lock, victim choice, [`WhenFull`]), `grow/` (levels, the move of a
 //! key, migration), `stats.rs` (striped counters, [`Stats`]), `invariants.rs` (the checker tests
 //! and fuzzing run), `prefetch.rs` (the prefetch hint), and `loom.rs` (the slot protocol's loom
@@ -36,6 +38,7 @@ mod huge;
 mod invariants;
 mod lookup;
 mod moves;
+mod preferred;
 mod prefetch;
 mod snapshot;
 mod stats;
@@ -83,6 +86,8 @@ pub(crate) struct Home {
 pub(crate) struct Table {
     buckets: Buckets,
     shape: Shape,
+    /// Whether lookups read a key's preferred slot first (`preferred.rs`).
+    prefer: preferred::Preference,
     stats: [StatShard; STAT_SHARDS],
     /// What a new key does when its candidate buckets are full of funnels in debt (and the table
     /// cannot grow).
@@ -134,6 +139,7 @@ impl Table {
                 len: buckets.len() as u64,
             },
             buckets,
+            prefer: preferred::Preference::new(),
             stats: Default::default(),
             when_full,
             huge_pages: advised,
@@ -172,6 +178,7 @@ impl Table {
         Ok(Table {
             buckets,
             shape: Shape::Grows(Growth::new(min, max)),
+            prefer: preferred::Preference::new(),
             stats: Default::default(),
             when_full,
             huge_pages: advised,

@@ -109,14 +109,64 @@ struct Scan<'a> {
     free: usize,
     /// The one to take: the first unbound slot if any (so a recovered key keeps its slot while
     /// there is room, and need not be created again on its next request), else the first
-    /// recovered one; among either kind, the key's preferred slot before the others.
+    /// recovered one.
     slot: Option<Victim<'a>>,
 }
 
 impl Table {
     /// Creates the key `fp` with arrival time `new_tat` (its first request, charged), unless a
     /// racing creator already has.
+    #[inline(always)]
     pub(super) fn create<Q: Meter>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
+        if self.prefer.first() {
+            if let Some(created) = self.create_preferred(fp, new_tat) {
+                return created;
+            }
+        }
+        self.create_placed(fp, now, new_tat, quota)
+    }
+
+    /// While the table is sparse: creates the key `fp` in its preferred slot if that slot is
+    /// unbound (EMPTY, or dead after a move), over two-choice placement (`preferred.rs`), or
+    /// finds that a racing creator already has; `None` leaves the key to
+    /// [`create_placed`](Self::create_placed). A function of its own, apart from `place` and
+    /// `create_placed`: written into either, it changed how they were compiled, and every
+    /// creation got slower, in sparse tables and full ones alike.
+    #[inline(never)]
+    fn create_preferred(&self, fp: u64, new_tat: u64) -> Option<Created> {
+        let _lock = lock(self.stripe(fp));
+        // As in `create_placed`: the lock's Acquire shows a racing creator's binding.
+        if self.locate_held(fp).is_some() {
+            return Some(Created::Exists);
+        }
+        let (home, from) = self.homes(fp);
+        if from.is_some() {
+            // Moving keys between levels: `create_placed` knows how to place them meanwhile.
+            return None;
+        }
+        let bucket = &self.buckets[home.first];
+        let slot = super::preferred::slot(fp);
+        // Relaxed: as in `scan`, the RESERVED CAS validates the word.
+        let word = bucket.words[slot].load(Ordering::Relaxed);
+        if !matches!(
+            state::decode(word),
+            SlotState::Empty | SlotState::Dead { .. }
+        ) {
+            return None;
+        }
+        let victim = Victim {
+            bucket,
+            slot,
+            word,
+            gen: state::gen_of(word),
+            taken: Taken::Unbound,
+        };
+        self.bind(fp, victim, BindAs::Live(new_tat))
+            .map(|_| Created::Bound)
+    }
+
+    /// [`create`](Self::create) by two-choice placement.
+    fn create_placed<Q: Meter>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
         let mut round = 0;
         // Whether this creation last made room by helping a migration (`make_room`, which then
         // split its candidates of the old level).
@@ -191,10 +241,6 @@ impl Table {
                 }
             };
             if self.bind(fp, victim, BindAs::Live(new_tat)).is_some() {
-                if victim.taken == Taken::Unbound {
-                    // Relaxed: a statistic, read for a hint.
-                    self.keep_preference(fp, self.shard(fp).bound.load(Ordering::Relaxed));
-                }
                 return Created::Bound;
             }
             // The slot moved under us (an update or another creator got there first): choose
@@ -217,9 +263,8 @@ impl Table {
     /// Two-choice placement: the candidate bucket of `home` with more free slots (EMPTY, dead,
     /// or recovered) offers its slot, the first bucket on a tie, except that an unbound slot
     /// in either bucket comes before a recovered one in the other; the least indebted live
-    /// slot of either is the victim of last resort. While the table is sparse, the key's
-    /// preferred slot comes first when it is unbound (`preferred.rs`): its lookups then read no
-    /// tag word.
+    /// slot of either is the victim of last resort. (While the table is sparse, a new key
+    /// first tries its preferred slot: [`create_preferred`](Self::create_preferred).)
     ///
     /// Unbound first, across both buckets as within one (`Scan::slot`): a recovered key
     /// evicted while there was room elsewhere is created again on its next request, through
@@ -229,25 +274,14 @@ impl Table {
     /// than taking unbound slots first (docs/DESIGN.md, "The table", two-choice placement).
     pub(super) fn place<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> Placement<'_> {
         let mut least: Option<(Victim<'_>, u64)> = None;
-        let preferred = super::preferred::slot(home.fp);
-        let first = self.scan(
-            &self.buckets[home.first],
-            Some(preferred),
-            now,
-            quota,
-            &mut least,
-        );
+        let first = self.scan(&self.buckets[home.first], now, quota, &mut least);
         let second = if home.second == home.first {
             Scan::default()
         } else {
-            self.scan(&self.buckets[home.second], None, now, quota, &mut least)
+            self.scan(&self.buckets[home.second], now, quota, &mut least)
         };
         let unbound = |scan: &Scan<'_>| matches!(scan.slot, Some(v) if v.taken == Taken::Unbound);
-        let at_preferred =
-            matches!(first.slot, Some(v) if v.taken == Taken::Unbound && v.slot == preferred);
-        let free = if at_preferred && super::preferred::PLACE && self.prefer.first() {
-            first.slot
-        } else if unbound(&first) != unbound(&second) {
+        let free = if unbound(&first) != unbound(&second) {
             if unbound(&first) {
                 first.slot
             } else {
@@ -324,17 +358,19 @@ impl Table {
             Taken::Forced | Taken::Moving => &shard.forced,
         };
         // Relaxed: a statistic; readers sum shards without ordering.
-        counter.fetch_add(1, Ordering::Relaxed);
+        let counted = counter.fetch_add(1, Ordering::Relaxed) + 1;
+        if taken == Taken::Unbound {
+            // One more slot holds a key.
+            self.keep_preference(fp, counted);
+        }
         Some(word)
     }
 
     /// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live
-    /// slot (the earliest to expire under `quota`'s algorithm). `preferred`: the key's preferred
-    /// slot, if this is its first bucket.
+    /// slot (the earliest to expire under `quota`'s algorithm).
     fn scan<'a, Q: Meter>(
         &'a self,
         bucket: &'a Bucket,
-        preferred: Option<usize>,
         now: u64,
         quota: &Q,
         least: &mut Option<(Victim<'a>, u64)>,
@@ -355,9 +391,7 @@ impl Table {
                     // Never bound, or left by a finished move or an abandoned target: free,
                     // its next binding numbered from the generation it kept (`gen_of`: 0 for
                     // EMPTY). The RESERVED CAS revalidates the word.
-                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound)
-                        || preferred == Some(slot)
-                    {
+                    if !matches!(found.slot, Some(v) if v.taken == Taken::Unbound) {
                         found.slot = Some(victim(state::gen_of(word), Taken::Unbound));
                     }
                 }
@@ -370,13 +404,9 @@ impl Table {
                     }
                     continue;
                 }
-                SlotState::Live { gen, tat } if quota.expiry(tat) <= now => match found.slot {
-                    None => found.slot = Some(victim(gen, Taken::Recovered)),
-                    Some(v) if v.taken == Taken::Recovered && preferred == Some(slot) => {
-                        found.slot = Some(victim(gen, Taken::Recovered))
-                    }
-                    Some(_) => {}
-                },
+                SlotState::Live { gen, tat } if quota.expiry(tat) <= now => {
+                    found.slot.get_or_insert(victim(gen, Taken::Recovered));
+                }
                 SlotState::Live { gen, tat } => {
                     let expiry = quota.expiry(tat);
                     if least.is_none_or(|(_, e)| expiry < e) {

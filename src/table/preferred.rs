@@ -1,6 +1,6 @@
 //! The preferred slot: the one slot of its first bucket a key takes when it is free, and which
 //! a lookup reads before matching tags, while the table is sparse enough that most keys sit
-//! there (docs/DESIGN.md, "The preferred slot").
+//! there (docs/DESIGN.md, "The table", the preferred slot).
 //!
 //! A hit there is validated exactly as a slot found through its tag (`lookup.rs`,
 //! `validate_live`): the tag match is a filter, never part of what makes a slot the key's, so
@@ -9,19 +9,21 @@
 //! word and its match, which on a cached table is most of what a decision waits for.
 //!
 //! A miss costs a mispredicted branch on top of the tag match, so the table reads the preferred
-//! slot first only while it holds few keys for its size ([`PREFER_BELOW`]); creations keep that
-//! flag up to date.
+//! slot first only while it holds few keys for its size ([`PREFER_BELOW`]); bindings keep that
+//! flag up to date. While it is set, a new key takes its preferred slot when it is unbound
+//! (`create.rs`, `create_preferred`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Table, SLOTS_PER_BUCKET};
 
 /// The share of the slots in use, in twentieths, below which a lookup reads the preferred slot
-/// first.
+/// first: where its hits still outweigh the mispredicted branch of its misses, with a margin
+/// (the lab's `sparse`).
 pub(super) const PREFER_BELOW: u64 = 3;
 
-/// Every how many new keys of one stripe of counters a creator looks again at how full the
-/// table is.
+/// Every how many bindings of a free slot in one stripe of counters the table looks again at
+/// how full it is.
 const EVERY: u64 = 16;
 
 /// The preferred slot of the key `fp` in its first bucket, from its fingerprint's low byte (its
@@ -33,21 +35,14 @@ pub(super) fn slot(fp: u64) -> usize {
 }
 
 /// Under loom every key prefers slot 0, where the models' placements put the first key of a
-/// bucket: their lookups then read first a slot that holds their key in some models and another
-/// key, or nothing, in others, while the placements the models were written for stay as they
-/// are ([`PLACE`]).
+/// bucket: their lookups then read first a slot that holds their key in some interleavings and
+/// another key, or a slot being rebound, in others, and their creators take it when it is free.
 #[cfg(funnel_loom)]
 pub(super) fn slot(_fp: u64) -> usize {
     0
 }
 
-/// Whether a new key takes its preferred slot over two-choice placement while the table is
-/// sparse. Not under loom, whose models fix where each key lands: which free slot a creator
-/// takes is no part of the slot protocol (the creator's RESERVED CAS validates any), and the
-/// unit tests here check the choice.
-pub(super) const PLACE: bool = cfg!(not(funnel_loom));
-
-/// Whether lookups read the preferred slot first, kept by creations.
+/// Whether lookups read the preferred slot first (and new keys take it), kept by bindings.
 pub(super) struct Preference(AtomicBool);
 
 impl Preference {
@@ -62,9 +57,7 @@ impl Preference {
         // Relaxed: a hint for the order of reads, which validate what they find either way.
         self.0.load(Ordering::Relaxed)
     }
-}
 
-impl Preference {
     /// Sets which slot lookups read first, for tests and loom models that fix it.
     #[cfg(test)]
     pub(super) fn set(&self, first: bool) {
@@ -73,15 +66,23 @@ impl Preference {
 }
 
 impl Table {
-    /// After a creation by `fp` that bound a slot: every [`EVERY`] such creations of its stripe,
-    /// whether lookups should read the preferred slot first, from how full the table is now.
+    /// After `fp`'s creation or move bound a slot that held no key, the `bound`th of its stripe
+    /// of counters: every [`EVERY`] of them, whether lookups should read the preferred slot
+    /// first, from how full the table is now.
+    #[inline]
     pub(super) fn keep_preference(&self, fp: u64, bound: u64) {
         if bound % EVERY == 0 {
-            let sparse = self.holds_fewer_than(fp, PREFER_BELOW);
-            // Relaxed: a hint (see `Preference::first`).
-            if self.prefer.0.load(Ordering::Relaxed) != sparse {
-                self.prefer.0.store(sparse, Ordering::Relaxed);
-            }
+            self.reconsider_preference(fp);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reconsider_preference(&self, fp: u64) {
+        let sparse = self.holds_fewer_than(fp, PREFER_BELOW);
+        // Relaxed: a hint (see `Preference::first`).
+        if self.prefer.0.load(Ordering::Relaxed) != sparse {
+            self.prefer.0.store(sparse, Ordering::Relaxed);
         }
     }
 }
@@ -149,6 +150,22 @@ mod tests {
     }
 
     #[test]
+    fn lookups_read_tags_first_once_the_table_holds_its_threshold_of_keys() {
+        let table = table(65_536);
+        let threshold = 65_536 * PREFER_BELOW as usize / 20;
+        for (i, hash) in hashes(20_000).enumerate() {
+            assert!(admitted(&table, &table.home(hash)));
+            if i + 1 == threshold * 9 / 10 {
+                assert!(
+                    table.prefer.first(),
+                    "below the threshold: preferred slot first"
+                );
+            }
+        }
+        assert!(!table.prefer.first(), "past it: tags first");
+    }
+
+    #[test]
     fn a_new_key_takes_its_preferred_slot_over_an_emptier_second_bucket_while_sparse() {
         let table = table(7 * 64);
         let home = hashes(1_000)
@@ -165,6 +182,26 @@ mod tests {
         let found = table.locate(home.fp).unwrap();
         assert!(std::ptr::eq(found.bucket, other));
         assert_eq!(found.slot, slot(home.fp));
+    }
+
+    #[test]
+    fn a_creator_finds_its_key_placed_elsewhere_before_it_takes_its_freed_preferred_slot() {
+        let table = table(7 * 64);
+        let home = hashes(1_000).map(|h| table.home(h)).next().unwrap();
+        let first = &table.buckets[home.first];
+        let preferred = slot(home.fp);
+        // Another key in debt holds the preferred slot, so the key goes elsewhere.
+        first.keys[preferred].store(home.fp ^ 0xFF00, Ordering::Relaxed);
+        first.words[preferred].store(crate::state::live(1, u64::MAX / 2), Ordering::Relaxed);
+        assert!(admitted(&table, &home));
+        // That key moves away: its slot is dead, and free.
+        first.words[preferred].store(crate::state::dead(1), Ordering::Relaxed);
+        // A creator that raced the first one, and looks only now, must find the key.
+        assert!(matches!(
+            table.create(home.fp, 1_000, 2_000, &quota()),
+            crate::table::create::Created::Exists
+        ));
+        assert_eq!(table.stats().keys, 1, "the key was bound once");
     }
 
     #[test]

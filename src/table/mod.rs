@@ -1,6 +1,7 @@
 //! The keyed table: an array of 128-byte buckets of seven slots (`bucket.rs`), every slot a key
 //! fingerprint and a funnel word (`state.rs`). Each key may live in two candidate buckets; a new
-//! key goes to the candidate bucket with more free slots (two-choice placement).
+//! key goes to the candidate bucket with more free slots (two-choice placement), or while the
+//! table is sparse to its preferred slot (`preferred.rs`).
 //!
 //! The slot protocol (EMPTY / RESERVED / LIVE, and PENDING / MOVED / DEAD when a key moves, by a
 //! cuckoo step or while a table grows; who moves a slot between them and why two racing threads

@@ -11,8 +11,10 @@
 //! cargo run --release -p funnel-compare --example minimal_loop -- deny 21
 //! ```
 //!
-//! The floor answers how far funnel's own code is from what its layout costs on the machine:
-//! a faster funnel with the same layout can gain at most the difference.
+//! The floor answers how far funnel's own code is from what its tag match costs on the
+//! machine: a faster funnel that matches tags can gain at most the difference. At the default
+//! capacity funnel's table is sparse and reads each key's preferred slot first, which the floor
+//! does not (docs/DESIGN.md, "The table").
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Instant;

@@ -107,6 +107,9 @@ impl Table {
             prefer,
         } = probe;
         if prefer {
+            // A sparse table: the key's preferred slot first, before any tag word, validated as
+            // every candidate below is (`validate_live`'s orderings); a miss costs the tag match
+            // that follows (`preferred.rs`).
             let slot = preferred::slot(home.fp);
             if let Some(word) = validate_live(first, slot, home.fp) {
                 return Some(Found {

@@ -176,7 +176,7 @@ mod tests {
         // bucket (more free slots), and the first bucket's first free slot is not the preferred.
         let other = &table.buckets[home.first];
         other.keys[0].store(home.fp ^ 0xFF00, Ordering::Relaxed);
-        other.words[0].store(crate::state::live(1, u64::MAX / 2), Ordering::Relaxed);
+        other.words[0].store(crate::state::live(1, 1 << 40), Ordering::Relaxed);
         assert!(table.prefer.first());
         assert!(admitted(&table, &home));
         let found = table.locate(home.fp).unwrap();
@@ -192,7 +192,7 @@ mod tests {
         let preferred = slot(home.fp);
         // Another key in debt holds the preferred slot, so the key goes elsewhere.
         first.keys[preferred].store(home.fp ^ 0xFF00, Ordering::Relaxed);
-        first.words[preferred].store(crate::state::live(1, u64::MAX / 2), Ordering::Relaxed);
+        first.words[preferred].store(crate::state::live(1, 1 << 40), Ordering::Relaxed);
         assert!(admitted(&table, &home));
         // That key moves away: its slot is dead, and free.
         first.words[preferred].store(crate::state::dead(1), Ordering::Relaxed);

@@ -799,15 +799,15 @@ fn a_reader_never_completes_a_later_move_with_an_earlier_moves_arrival_time() {
 /// instant the key is not there (under loom the scan visits slot 0 of the second bucket before
 /// slot 0 of the first, `tags::swar`), and must not then answer for a fresh funnel
 /// (`update::decide_slow` looks again under the key's creation lock, where no move runs).
-/// Without that second look it fails at the suite's preemption bound of 3; with it, it passes at
-/// 3 (2.3 M executions).
+/// Without that second look it fails at the suite's preemption bound of 3; with it, it passes.
 #[test]
 fn a_peek_racing_two_moves_of_its_key_reports_its_own_debt() {
     model(|| {
         let table = table(2);
         // Tags first: read first, the preferred slot (where the key starts and ends) multiplies
-        // this model's interleavings by 25, to minutes. The models of a denial and an update
-        // racing a move of their key read it first.
+        // this model's interleavings beyond what CI can afford (DESIGN.md, "The table", the
+        // preferred slot). The models of a denial and an update racing a move of their key
+        // read it first.
         table.prefer.set(false);
         let q = quota(4, 10);
         bind(&table, MOVER, 100);

@@ -12,7 +12,8 @@
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
 //!   them) for funnel-redis's tests, the lab's `attack` and the harness's Redis rows, and the
 //!   Redis-backed tests' skip when `redis-server` is not installed;
-//! * [`skip`] (feature `redis`): a test skipped visibly, with a count at exit;
+//! * [`skip`]: a test that needs a tool from outside Cargo skipped visibly, with a count at
+//!   exit, under one switch (`FUNNEL_REQUIRE_TOOLS=1`) that makes a missing tool fail;
 //! * [`zipf`]: the Zipf sampler (YCSB's) of the harness's and `icount`'s Zipf key streams;
 //! * `workload` (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
@@ -28,7 +29,6 @@ pub mod mutex_map;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod rng;
-#[cfg(feature = "redis")]
 pub mod skip;
 #[cfg(feature = "bench")]
 pub mod workload;

@@ -32,7 +32,7 @@ pub struct RedisServer {
 impl RedisServer {
     /// `redis-server` on `PATH`, if installed.
     pub fn binary() -> Option<PathBuf> {
-        find_on_path("redis-server")
+        crate::skip::on_path("redis-server")
     }
 
     /// Starts a server with the default settings.
@@ -291,7 +291,7 @@ impl RedisCluster {
                 "2000",
             ])?);
         }
-        let cli = find_on_path("redis-cli").ok_or("redis-cli is not installed")?;
+        let cli = crate::skip::on_path("redis-cli").ok_or("redis-cli is not installed")?;
         let out = Command::new(cli)
             .arg("--cluster")
             .arg("create")
@@ -348,31 +348,12 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free loopback port: {e}"))
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|cand| is_executable(cand))
-}
-
-fn is_executable(p: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        p.is_file()
-    }
-}
-
 /// Why a Redis-backed test is skipped.
 const NOT_INSTALLED: &str = "redis-server is not on PATH (apt-get install redis-server)";
 
 /// Whether a Redis-backed test can run here: `redis-server` is on `PATH`. When it is not, the
 /// test is skipped ([`skip`](crate::skip::skip): it says so, and is counted), or fails under
-/// `FUNNEL_REQUIRE_REDIS=1`.
+/// `FUNNEL_REQUIRE_TOOLS=1`.
 pub fn available_or_skip() -> bool {
     if RedisServer::binary().is_some() {
         return true;

@@ -13,9 +13,11 @@
 //! response built. [`grpc`] and [`http`] are thin doors onto it; [`reload`] swaps the
 //! [`rules`] while requests flow; [`config`] reads the YAML.
 
+pub mod answers;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod dynamic_metadata;
 pub mod fleet;
 pub mod fuzz;
 pub mod grpc;

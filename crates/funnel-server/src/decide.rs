@@ -390,7 +390,9 @@ impl Decider {
         // Quota mode: a quota-mode descriptor that cannot take the request is left out of the
         // charge (answered over the limit); the request goes on while one of them can.
         let mut quota_descriptors = 0;
-        let mut quota_room = false;
+        // Room in a quota-mode descriptor that is not charged through `check_all` below.
+        let mut quota_room_elsewhere = false;
+        let mut quota_candidates = 0;
         let mut left_out = vec![false; plans.len()];
         for (i, p) in plans.iter().enumerate() {
             if !quota[i] {
@@ -398,22 +400,23 @@ impl Decider {
             }
             quota_descriptors += 1;
             match p {
-                Plan::Nothing | Plan::Unlimited => quota_room = true,
+                Plan::Nothing | Plan::Unlimited => quota_room_elsewhere = true,
                 Plan::Blocked(..) => {}
                 Plan::Count(c) => match c.where_ {
                     Where::Local(table) if deciding(c) => {
                         let o = Outcome::estimated(&entry(c, table), now);
                         left_out[i] = o.over;
-                        quota_room |= !o.over;
                         if o.over {
                             out[i] = Some(o);
+                        } else {
+                            quota_candidates += 1;
                         }
                     }
                     Where::Local(table) if !c.shadow && !c.refund => {
-                        quota_room |= !Outcome::estimated(&entry(c, table), now).over;
+                        quota_room_elsewhere |= !Outcome::estimated(&entry(c, table), now).over;
                     }
                     // Shadowed or refunded: never over. Redis: known only once charged.
-                    _ => quota_room = true,
+                    _ => quota_room_elsewhere = true,
                 },
             }
         }
@@ -436,7 +439,8 @@ impl Decider {
         // GCRA entries first: a denial by a window then rolls them back (store.rs).
         local.sort_by_key(|(_, e)| e.table.is_window());
         let windows = local.iter().filter(|(_, e)| e.table.is_window()).count();
-        let mut admitted = !blocked && (quota_descriptors == 0 || quota_room);
+        let mut admitted =
+            !blocked && (quota_descriptors == 0 || quota_room_elsewhere || quota_candidates > 0);
         if admitted && windows >= 2 {
             // Every window checked before any is charged: they cannot be rolled back.
             for (i, e) in local.iter().filter(|(_, e)| e.table.is_window()) {
@@ -447,9 +451,21 @@ impl Decider {
                 }
             }
         }
-        if admitted && !local.is_empty() {
+        while admitted && !local.is_empty() {
             let entries: Vec<&dyn Charge> = local.iter().map(|(_, e)| e as &dyn Charge).collect();
             let multi = check_all(&entries, now);
+            if let Some(j) = multi.denied_by() {
+                let i = local[j].0;
+                // A quota-mode descriptor spent since its estimate (a concurrent request took
+                // its room): left out like the others, and charged without it while another
+                // quota-mode descriptor has room.
+                if quota[i] && (quota_room_elsewhere || quota_candidates > 1) {
+                    out[i] = Some(Outcome::of(&multi.decisions()[j]));
+                    quota_candidates -= 1;
+                    local.remove(j);
+                    continue;
+                }
+            }
             admitted = multi.is_allowed();
             for (j, ((i, e), d)) in local.iter().zip(multi.decisions()).enumerate() {
                 out[*i] = Some(if admitted || multi.denied_by() == Some(j) {
@@ -458,7 +474,9 @@ impl Decider {
                     Outcome::estimated(e, now)
                 });
             }
-        } else {
+            break;
+        }
+        if !admitted {
             for (i, e) in &local {
                 if out[*i].is_none() {
                     out[*i] = Some(Outcome::estimated(e, now));

@@ -264,3 +264,17 @@ fn a_window_ends_on_its_unix_boundary() {
         Duration::from_millis(750)
     );
 }
+
+#[tokio::test]
+async fn a_quota_spent_between_its_estimate_and_the_charge_is_left_out() {
+    let d = decider(Answers::default());
+    // Twice the same key of a limit of 1: both estimates see room, the charge finds one.
+    let a = rule("a", 1, true, None);
+    let r = decide(&d, &[&a, &a]).await;
+    assert_eq!(codes(&r), (OK, vec![OK, OVER]));
+    assert_eq!(
+        codes(&decide(&d, &[&a]).await),
+        (OVER, vec![OVER]),
+        "the admitted request was charged"
+    );
+}

@@ -10,6 +10,14 @@
 //!   for the descriptor's values, in the domain's override table.
 //! * Shadow mode: the rule is decided and counted, the answer is OK; it takes no part in the
 //!   request's all-or-nothing decision, and is charged only when the request is admitted.
+//! * Quota mode (a rule's `quota_mode`, or every descriptor with `--quota-mode`): the request
+//!   is over the limit when a descriptor in rate-limit mode is, or when every quota-mode
+//!   descriptor is (envoyproxy/ratelimit's rule). A quota-mode descriptor that cannot take
+//!   the request is left out of the charge; the others are charged all or nothing.
+//! * A status over the limit shows 0 remaining; `duration_until_reset` is in whole seconds,
+//!   rounded up, so that a client never retries early.
+//! * [`Answers`] holds the other switches: global shadow mode, envoyproxy's limit headers,
+//!   dynamic metadata, and `charge_denied` (each descriptor charged on its own).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,6 +26,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use funnel::{check_all, Charge, Clock, Decision, Quota, Timestamp};
 
+use crate::answers::{closest, Answered, Answers};
 use crate::config::Unit;
 use crate::limits::*;
 use crate::metrics::{Hit, ServerStats};
@@ -49,6 +58,8 @@ pub struct Decider {
     pub stats: ServerStats,
     /// Write the IETF `RateLimit-Policy` / `RateLimit` fields into `response_headers_to_add`.
     pub response_headers: bool,
+    /// The switches taken from envoyproxy/ratelimit.
+    pub answers: Answers,
 }
 
 /// Checks a request against the documented bounds.
@@ -72,9 +83,7 @@ pub fn validate(req: &RateLimitRequest) -> Result<(), Invalid> {
         ));
     }
     for (i, d) in req.descriptors.iter().enumerate() {
-        if d.entries.is_empty() {
-            return bad(format!("descriptor {i} has no entries"));
-        }
+        // A descriptor with no entries matches no rule: OK, as envoyproxy/ratelimit answers.
         if d.entries.len() > MAX_ENTRIES {
             return bad(format!(
                 "descriptor {i} has {} entries; at most {MAX_ENTRIES}",
@@ -138,8 +147,8 @@ enum Plan<'r> {
     Nothing,
     /// `unlimited`.
     Unlimited,
-    /// `requests_per_unit: 0`.
-    Blocked(Shown),
+    /// `requests_per_unit: 0` (with its rule, when configured).
+    Blocked(Shown, Option<&'r Arc<Rule>>),
     /// Counted.
     Count(Counted<'r>),
 }
@@ -189,6 +198,22 @@ impl Outcome {
         }
     }
 
+    /// What `e` would get, charging nothing: a window's estimate ignores the units, so its
+    /// denial is read from what is left.
+    fn estimated(e: &Entry<'_>, now: Timestamp) -> Outcome {
+        let asked = e.estimate(now);
+        if e.table.is_window() {
+            Outcome {
+                over: asked.remaining() < e.n,
+                remaining: asked.remaining(),
+                limit: asked.limit(),
+                reset: asked.reset_after(),
+            }
+        } else {
+            Outcome::uncharged(&asked, &e.table.estimate(e.key, 0, now, e.quota))
+        }
+    }
+
     fn of(d: &Decision) -> Outcome {
         Outcome {
             over: !d.is_allowed(),
@@ -207,7 +232,14 @@ impl Decider {
             registry,
             stats: ServerStats::default(),
             response_headers,
+            answers: Answers::default(),
         }
+    }
+
+    /// The same decider with envoyproxy/ratelimit's switches set as `answers` says.
+    pub fn with_answers(mut self, answers: Answers) -> Decider {
+        self.answers = answers;
+        self
     }
 
     /// Decides one request.
@@ -219,9 +251,30 @@ impl Decider {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let rules = self.rules.load_full();
         let plans = self.plan(&rules, req)?;
+        let quota = self.quota_modes(&plans);
         let now = self.registry.clock().now();
-        let outcomes = self.charge(&plans, now).await;
-        Ok(self.respond(&plans, &outcomes))
+        let outcomes = if self.answers.charge_denied {
+            self.charge_each(&plans, now).await
+        } else {
+            self.charge(&plans, &quota, now).await
+        };
+        Ok(self.respond(req, &plans, &quota, &outcomes, now))
+    }
+
+    /// Which descriptors are in quota mode: every one but `unlimited` under `--quota-mode`
+    /// (a descriptor without a rule counts, as in envoyproxy/ratelimit, as one that passes),
+    /// else those whose rule says so.
+    fn quota_modes(&self, plans: &[Plan<'_>]) -> Vec<bool> {
+        plans
+            .iter()
+            .map(|p| match p {
+                Plan::Unlimited => false,
+                _ if self.answers.quota_mode => true,
+                Plan::Blocked(_, rule) => rule.is_some_and(|r| r.quota_mode),
+                Plan::Count(c) => c.rule.is_some_and(|r| r.quota_mode),
+                Plan::Nothing => false,
+            })
+            .collect()
     }
 
     fn plan<'r>(&self, rules: &'r Rules, req: &RateLimitRequest) -> Result<Vec<Plan<'r>>, Invalid> {
@@ -252,7 +305,7 @@ impl Decider {
                     unit,
                 };
                 if l.requests_per_unit == 0 {
-                    plans.push(Plan::Blocked(shown));
+                    plans.push(Plan::Blocked(shown, None));
                     continue;
                 }
                 let q = gcra_quota(l.requests_per_unit, unit, l.requests_per_unit)
@@ -299,7 +352,7 @@ impl Decider {
                     continue;
                 }
                 Kind::Blocked => {
-                    plans.push(Plan::Blocked(shown));
+                    plans.push(Plan::Blocked(shown, Some(rule)));
                     continue;
                 }
                 Kind::Local(t) => Where::Local(t),
@@ -325,26 +378,59 @@ impl Decider {
         Ok(plans)
     }
 
-    async fn charge(&self, plans: &[Plan<'_>], now: Timestamp) -> Vec<Option<Outcome>> {
+    async fn charge(
+        &self,
+        plans: &[Plan<'_>],
+        quota: &[bool],
+        now: Timestamp,
+    ) -> Vec<Option<Outcome>> {
         let mut out: Vec<Option<Outcome>> = plans.iter().map(|_| None).collect();
         // The descriptors that decide the request: counted, not shadowed, units to charge.
         let deciding = |c: &Counted<'_>| !c.shadow && !c.refund && c.n > 0;
-        let blocked = plans.iter().any(|p| matches!(p, Plan::Blocked(_)));
+        // Quota mode: a quota-mode descriptor that cannot take the request is left out of the
+        // charge (answered over the limit); the request goes on while one of them can.
+        let mut quota_descriptors = 0;
+        // Room in a quota-mode descriptor that is not charged through `check_all` below.
+        let mut quota_room_elsewhere = false;
+        let mut quota_candidates = 0;
+        let mut left_out = vec![false; plans.len()];
+        for (i, p) in plans.iter().enumerate() {
+            if !quota[i] {
+                continue;
+            }
+            quota_descriptors += 1;
+            match p {
+                Plan::Nothing | Plan::Unlimited => quota_room_elsewhere = true,
+                Plan::Blocked(..) => {}
+                Plan::Count(c) => match c.where_ {
+                    Where::Local(table) if deciding(c) => {
+                        let o = Outcome::estimated(&entry(c, table), now);
+                        left_out[i] = o.over;
+                        if o.over {
+                            out[i] = Some(o);
+                        } else {
+                            quota_candidates += 1;
+                        }
+                    }
+                    Where::Local(table) if !c.shadow && !c.refund => {
+                        quota_room_elsewhere |= !Outcome::estimated(&entry(c, table), now).over;
+                    }
+                    // Shadowed or refunded: never over. Redis: known only once charged.
+                    _ => quota_room_elsewhere = true,
+                },
+            }
+        }
+        let blocked = plans
+            .iter()
+            .zip(quota)
+            .any(|(p, q)| matches!(p, Plan::Blocked(..)) && !q);
         let mut local: Vec<(usize, Entry<'_>)> = Vec::new();
         let mut fleet: Vec<usize> = Vec::new();
         for (i, p) in plans.iter().enumerate() {
             if let Plan::Count(c) = p {
-                if deciding(c) {
+                if deciding(c) && !left_out[i] {
                     match c.where_ {
-                        Where::Local(table) => local.push((
-                            i,
-                            Entry {
-                                table,
-                                key: &c.key,
-                                n: c.n,
-                                quota: c.quota,
-                            },
-                        )),
+                        Where::Local(table) => local.push((i, entry(c, table))),
                         Where::Redis(_) => fleet.push(i),
                     }
                 }
@@ -353,54 +439,75 @@ impl Decider {
         // GCRA entries first: a denial by a window then rolls them back (store.rs).
         local.sort_by_key(|(_, e)| e.table.is_window());
         let windows = local.iter().filter(|(_, e)| e.table.is_window()).count();
-        let mut admitted = !blocked;
+        let mut admitted =
+            !blocked && (quota_descriptors == 0 || quota_room_elsewhere || quota_candidates > 0);
         if admitted && windows >= 2 {
             // Every window checked before any is charged: they cannot be rolled back.
             for (i, e) in local.iter().filter(|(_, e)| e.table.is_window()) {
-                let d = e.estimate(now);
-                if d.remaining() < e.n {
+                let o = Outcome::estimated(e, now);
+                if o.over {
                     admitted = false;
-                    out[*i] = Some(Outcome {
-                        over: true,
-                        remaining: 0,
-                        limit: d.limit(),
-                        reset: d.reset_after(),
-                    });
+                    out[*i] = Some(o);
                 }
             }
         }
-        if admitted && !local.is_empty() {
+        while admitted && !local.is_empty() {
             let entries: Vec<&dyn Charge> = local.iter().map(|(_, e)| e as &dyn Charge).collect();
             let multi = check_all(&entries, now);
+            if let Some(j) = multi.denied_by() {
+                let i = local[j].0;
+                // A quota-mode descriptor spent since its estimate (a concurrent request took
+                // its room): left out like the others, and charged without it while another
+                // quota-mode descriptor has room.
+                if quota[i] && (quota_room_elsewhere || quota_candidates > 1) {
+                    out[i] = Some(Outcome::of(&multi.decisions()[j]));
+                    quota_candidates -= 1;
+                    local.remove(j);
+                    continue;
+                }
+            }
             admitted = multi.is_allowed();
             for (j, ((i, e), d)) in local.iter().zip(multi.decisions()).enumerate() {
                 out[*i] = Some(if admitted || multi.denied_by() == Some(j) {
                     Outcome::of(d)
                 } else {
-                    Outcome::uncharged(d, &e.table.estimate(e.key, 0, now, e.quota))
+                    Outcome::estimated(e, now)
                 });
             }
-        } else {
+            break;
+        }
+        if !admitted {
             for (i, e) in &local {
                 if out[*i].is_none() {
-                    let asked = e.estimate(now);
-                    out[*i] = Some(Outcome::uncharged(
-                        &asked,
-                        &e.table.estimate(e.key, 0, now, e.quota),
-                    ));
+                    out[*i] = Some(Outcome::estimated(e, now));
                 }
             }
         }
-        // Redis: one descriptor after the other; a denial stops the charging (funnel-redis
-        // has no refund, so the descriptors charged before it stay charged).
+        // Redis: one descriptor after the other; a denial in rate-limit mode stops the
+        // charging (funnel-redis has no refund, so the descriptors charged before it stay
+        // charged).
+        let redis_quota = fleet.iter().any(|&i| quota[i]);
         for i in fleet {
             let Plan::Count(c) = &plans[i] else { continue };
             let Where::Redis(r) = c.where_ else { continue };
             let n = if admitted { c.n } else { 0 };
-            out[i] = Some(redis_outcome(r, &c.key, n).await);
-            if out[i].as_ref().is_some_and(|o| o.over) {
+            let o = redis_outcome(r, &c.key, n).await;
+            if o.over && !quota[i] {
                 admitted = false;
             }
+            out[i] = Some(o);
+        }
+        if redis_quota {
+            // Known only now: every quota-mode descriptor over the limit denies the request.
+            let every_quota_over =
+                plans
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| quota[*i])
+                    .all(|(i, p)| {
+                        matches!(p, Plan::Blocked(..)) || out[i].as_ref().is_some_and(|o| o.over)
+                    });
+            admitted &= !every_quota_over;
         }
         // The rest: shadow mode, check-only, refunds.
         for (i, p) in plans.iter().enumerate() {
@@ -410,22 +517,14 @@ impl Decider {
             }
             out[i] = Some(match c.where_ {
                 Where::Local(table) => {
-                    let e = Entry {
-                        table,
-                        key: &c.key,
-                        n: c.n,
-                        quota: c.quota,
-                    };
+                    let e = entry(c, table);
                     if c.refund && admitted {
                         table.refund(&c.key, c.n, now, c.quota);
                         Outcome::of(&table.estimate(&c.key, 0, now, c.quota))
                     } else if c.shadow && admitted && c.n > 0 {
                         Outcome::of(&e.charge(now))
                     } else {
-                        Outcome::uncharged(
-                            &e.estimate(now),
-                            &table.estimate(&c.key, 0, now, c.quota),
-                        )
+                        Outcome::estimated(&e, now)
                     }
                 }
                 Where::Redis(r) => {
@@ -437,10 +536,44 @@ impl Decider {
         out
     }
 
-    fn respond(&self, plans: &[Plan<'_>], outcomes: &[Option<Outcome>]) -> RateLimitResponse {
+    /// envoyproxy/ratelimit's way (`--charge-denied`): every descriptor decided and charged on
+    /// its own, whatever the others decide. A descriptor's own denial charges nothing, as
+    /// funnel's limits never record units they refused.
+    async fn charge_each(&self, plans: &[Plan<'_>], now: Timestamp) -> Vec<Option<Outcome>> {
+        let mut out = Vec::with_capacity(plans.len());
+        for p in plans {
+            let Plan::Count(c) = p else {
+                out.push(None);
+                continue;
+            };
+            out.push(Some(match c.where_ {
+                Where::Local(table) => {
+                    let e = entry(c, table);
+                    if c.refund {
+                        table.refund(&c.key, c.n, now, c.quota);
+                        Outcome::of(&table.estimate(&c.key, 0, now, c.quota))
+                    } else if c.n == 0 {
+                        Outcome::estimated(&e, now)
+                    } else {
+                        Outcome::of(&e.charge(now))
+                    }
+                }
+                Where::Redis(r) => redis_outcome(r, &c.key, c.n).await,
+            }));
+        }
+        out
+    }
+
+    fn respond(
+        &self,
+        req: &RateLimitRequest,
+        plans: &[Plan<'_>],
+        quota: &[bool],
+        outcomes: &[Option<Outcome>],
+        now: Timestamp,
+    ) -> RateLimitResponse {
         let mut statuses = Vec::with_capacity(plans.len());
-        let mut over_all = false;
-        let mut closest: Option<(&Shown, &Outcome)> = None;
+        let mut closest_ietf: Option<(&Shown, &Outcome)> = None;
         for (p, o) in plans.iter().zip(outcomes) {
             let status = match (p, o) {
                 (Plan::Nothing, _) | (Plan::Count(_), None) => DescriptorStatus {
@@ -452,15 +585,12 @@ impl Decider {
                     limit_remaining: u32::MAX,
                     ..Default::default()
                 },
-                (Plan::Blocked(s), _) => {
-                    over_all = true;
-                    DescriptorStatus {
-                        code: Code::OverLimit as i32,
-                        current_limit: Some(limit_of(s)),
-                        limit_remaining: 0,
-                        duration_until_reset: Some(duration(s.unit.duration())),
-                    }
-                }
+                (Plan::Blocked(s, _), _) => DescriptorStatus {
+                    code: Code::OverLimit as i32,
+                    current_limit: Some(limit_of(s)),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(whole_seconds(window_end(s.unit, now))),
+                },
                 (Plan::Count(c), Some(o)) => {
                     let hit = Hit {
                         hits: c.n,
@@ -477,49 +607,149 @@ impl Decider {
                         }
                     }
                     let over = o.over && !c.shadow;
-                    over_all |= over;
-                    if !c.shadow && closest.is_none_or(|(_, b)| o.remaining < b.remaining) {
-                        closest = Some((&c.shown, o));
+                    if !c.shadow && closest_ietf.is_none_or(|(_, b)| o.remaining < b.remaining) {
+                        closest_ietf = Some((&c.shown, o));
                     }
                     DescriptorStatus {
                         code: if over { Code::OverLimit } else { Code::Ok } as i32,
                         current_limit: Some(limit_of(&c.shown)),
-                        limit_remaining: u32::try_from(o.remaining).unwrap_or(u32::MAX),
-                        duration_until_reset: Some(duration(o.reset)),
+                        // Over the limit: nothing left, shadow mode included.
+                        limit_remaining: if o.over {
+                            0
+                        } else {
+                            u32::try_from(o.remaining).unwrap_or(u32::MAX)
+                        },
+                        duration_until_reset: Some(whole_seconds(reset_of(c, o, now))),
                     }
                 }
             };
             statuses.push(status);
         }
+        let over_all = over_the_limit(plans, quota, &statuses);
         let mut response_headers_to_add = Vec::new();
         if self.response_headers {
-            if let Some((s, o)) = closest {
-                let name = if s.name.is_empty() {
-                    "limit"
-                } else {
-                    s.name.as_str()
-                };
-                let name = name.replace(['"', '\\'], "");
-                let window = s.unit.duration().as_secs();
-                let t = o.reset.as_secs() + u64::from(o.reset.subsec_nanos() > 0);
-                response_headers_to_add.push(HeaderValue {
-                    key: "RateLimit-Policy".into(),
-                    value: format!("\"{name}\";q={};w={window}", o.limit),
-                    ..Default::default()
-                });
-                response_headers_to_add.push(HeaderValue {
-                    key: "RateLimit".into(),
-                    value: format!("\"{name}\";r={};t={t}", o.remaining),
-                    ..Default::default()
-                });
+            if let Some((s, o)) = closest_ietf {
+                response_headers_to_add.extend(ietf_headers(s, o));
             }
         }
+        if let Some(names) = &self.answers.limit_headers {
+            let answered: Vec<Answered<'_>> = statuses
+                .iter()
+                .zip(plans)
+                .zip(quota)
+                .map(|((status, p), q)| Answered {
+                    status,
+                    unlimited: matches!(p, Plan::Unlimited),
+                    quota_mode: *q,
+                })
+                .collect();
+            if let Some(status) = closest(&answered) {
+                response_headers_to_add.extend(names.headers(status));
+            }
+        }
+        let dynamic_metadata = self.answers.dynamic_metadata.then(|| {
+            let passed = plans.iter().zip(&statuses).filter_map(|(p, s)| match p {
+                Plan::Count(c) if s.code != Code::OverLimit as i32 => {
+                    c.rule.and_then(|r| r.metadata.as_ref())
+                }
+                _ => None,
+            });
+            crate::dynamic_metadata::build(req, passed)
+        });
+        let overall_code = if over_all && self.answers.shadow_mode {
+            self.stats
+                .global_shadow_mode
+                .fetch_add(1, Ordering::Relaxed);
+            Code::Ok
+        } else if over_all {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
         RateLimitResponse {
-            overall_code: if over_all { Code::OverLimit } else { Code::Ok } as i32,
+            overall_code: overall_code as i32,
             statuses,
             response_headers_to_add,
             request_headers_to_add: Vec::new(),
+            dynamic_metadata,
         }
+    }
+}
+
+/// envoyproxy/ratelimit's overall code: over the limit when a descriptor in rate-limit mode
+/// is, or when every quota-mode descriptor is (`unlimited` ones take no part).
+fn over_the_limit(plans: &[Plan<'_>], quota: &[bool], statuses: &[DescriptorStatus]) -> bool {
+    let (mut rate_over, mut quota_over, mut quota_all) = (0, 0, 0);
+    for ((p, q), s) in plans.iter().zip(quota).zip(statuses) {
+        if matches!(p, Plan::Unlimited) {
+            continue;
+        }
+        let over = s.code == Code::OverLimit as i32;
+        match (q, over) {
+            (true, true) => quota_over += 1,
+            (false, true) => rate_over += 1,
+            _ => {}
+        }
+        quota_all += usize::from(*q);
+    }
+    rate_over > 0 || (quota_all > 0 && quota_over == quota_all)
+}
+
+/// The IETF `RateLimit-Policy` and `RateLimit` fields (`--response-headers`).
+fn ietf_headers(s: &Shown, o: &Outcome) -> [HeaderValue; 2] {
+    let name = if s.name.is_empty() {
+        "limit"
+    } else {
+        s.name.as_str()
+    };
+    let name = name.replace(['"', '\\'], "");
+    let window = s.unit.duration().as_secs();
+    let t = whole_seconds(o.reset).seconds;
+    [
+        HeaderValue {
+            key: "RateLimit-Policy".into(),
+            value: format!("\"{name}\";q={};w={window}", o.limit),
+            ..Default::default()
+        },
+        HeaderValue {
+            key: "RateLimit".into(),
+            value: format!("\"{name}\";r={};t={t}", o.remaining),
+            ..Default::default()
+        },
+    ]
+}
+
+/// The reset a status shows: the outcome's, except where it is zero: for a fixed window key not
+/// yet counted in this window it is still the window's end (as envoyproxy/ratelimit reports
+/// it), and for a denial of more units than the limit holds (which no wait admits) one whole
+/// unit, never "now".
+fn reset_of(c: &Counted<'_>, o: &Outcome, now: Timestamp) -> Duration {
+    if !o.reset.is_zero() {
+        return o.reset;
+    }
+    match c.where_ {
+        Where::Local(Table::Fixed(_)) => window_end(c.shown.unit, now),
+        _ if o.over => c.shown.unit.duration(),
+        _ => o.reset,
+    }
+}
+
+/// The time from `now` to the end of the current window of `unit` on Unix time, as
+/// envoyproxy/ratelimit reports the reset of every limit.
+fn window_end(unit: Unit, now: Timestamp) -> Duration {
+    let window = unit.duration().as_nanos();
+    let now = u128::from(now.as_nanos());
+    // The remainder is under one window (at most a year), so it fits in u64.
+    Duration::from_nanos(u64::try_from(window - now % window).unwrap_or(u64::MAX))
+}
+
+/// The charge entry of a counted descriptor in `table`.
+fn entry<'a>(c: &'a Counted<'_>, table: &'a Table) -> Entry<'a> {
+    Entry {
+        table,
+        key: &c.key,
+        n: c.n,
+        quota: c.quota,
     }
 }
 
@@ -556,9 +786,15 @@ fn limit_of(s: &Shown) -> ProtoLimit {
     }
 }
 
-fn duration(d: Duration) -> prost_types::Duration {
+/// `d` in whole seconds, rounded up: a client told to wait never retries early.
+fn whole_seconds(d: Duration) -> prost_types::Duration {
+    let seconds = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
     prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+        seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        nanos: 0,
     }
 }
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

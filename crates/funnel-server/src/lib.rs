@@ -11,11 +11,15 @@
 //! [`decide`]: a request is checked ([`limits`]), each descriptor matched to a rule
 //! ([`rules`]), the counted ones charged together ([`store`], [`funnel::check_all`]), and the
 //! response built. [`grpc`] and [`http`] are thin doors onto it; [`reload`] swaps the
-//! [`rules`] while requests flow; [`config`] reads the YAML.
+//! [`rules`] while requests flow; [`config`] reads the YAML. [`answers`] holds
+//! envoyproxy/ratelimit's answer switches (shadow and quota modes, limit headers, per-descriptor
+//! charging) and [`dynamic_metadata`] the response's metadata.
 
+pub mod answers;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod dynamic_metadata;
 pub mod fleet;
 pub mod fuzz;
 pub mod grpc;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use funnel_server::answers::{Answers, LimitHeaders};
 use funnel_server::rules::RedisSettings;
 use funnel_server::server::{run, Options};
 
@@ -52,6 +53,35 @@ struct Args {
     /// Add the IETF RateLimit-Policy and RateLimit fields to response_headers_to_add.
     #[arg(long)]
     response_headers: bool,
+    /// Answer OK overall even over the limit; statuses keep their codes (envoyproxy's
+    /// SHADOW_MODE).
+    #[arg(long)]
+    shadow_mode: bool,
+    /// Put every descriptor with a limit in quota mode: over the limit only when every one is,
+    /// or a rate-limit mode one is (envoyproxy's QUOTA_MODE).
+    #[arg(long)]
+    quota_mode: bool,
+    /// Fill the response's dynamic_metadata: domain, descriptors, hits_addend, and the rules'
+    /// metadata (envoyproxy's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long)]
+    response_dynamic_metadata: bool,
+    /// Add the limit, remaining and reset headers of the descriptor closest to its limit
+    /// (envoyproxy's LIMIT_RESPONSE_HEADERS_ENABLED).
+    #[arg(long)]
+    limit_response_headers: bool,
+    /// The limit header's name, with --limit-response-headers (LIMIT_LIMIT_HEADER).
+    #[arg(long, value_name = "NAME", default_value = "RateLimit-Limit", value_parser = header_name)]
+    limit_limit_header: String,
+    /// The remaining header's name, with --limit-response-headers (LIMIT_REMAINING_HEADER).
+    #[arg(long, value_name = "NAME", default_value = "RateLimit-Remaining", value_parser = header_name)]
+    limit_remaining_header: String,
+    /// The reset header's name, with --limit-response-headers (LIMIT_RESET_HEADER).
+    #[arg(long, value_name = "NAME", default_value = "RateLimit-Reset", value_parser = header_name)]
+    limit_reset_header: String,
+    /// Charge every descriptor on its own even when another denies the request, as
+    /// envoyproxy/ratelimit does (funnel's default charges all or nothing).
+    #[arg(long)]
+    charge_denied: bool,
     /// Do not watch the configuration for changes.
     #[arg(long)]
     no_watch: bool,
@@ -82,6 +112,10 @@ fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
+fn header_name(s: &str) -> Result<String, String> {
+    funnel_server::answers::header_name(s)
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -110,6 +144,17 @@ fn main() -> ExitCode {
         }),
         max_keys: args.max_keys.max(1),
         response_headers: args.response_headers,
+        answers: Answers {
+            shadow_mode: args.shadow_mode,
+            quota_mode: args.quota_mode,
+            dynamic_metadata: args.response_dynamic_metadata,
+            limit_headers: args.limit_response_headers.then_some(LimitHeaders {
+                limit: args.limit_limit_header,
+                remaining: args.limit_remaining_header,
+                reset: args.limit_reset_header,
+            }),
+            charge_denied: args.charge_denied,
+        },
         watch: !args.no_watch,
         recent_clock: args.recent_clock,
     };

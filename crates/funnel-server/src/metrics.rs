@@ -98,6 +98,8 @@ pub struct ServerStats {
     pub invalid_requests: AtomicU64,
     /// Requests decided.
     pub requests: AtomicU64,
+    /// Requests over the limit answered OK by the global shadow mode (`--shadow-mode`).
+    pub global_shadow_mode: AtomicU64,
 }
 
 fn esc(s: &str) -> String {
@@ -124,6 +126,10 @@ pub fn render(server: &ServerStats, rules: &Rules) -> String {
             &server.invalid_requests,
         ),
         ("funnel_server_requests_total", &server.requests),
+        (
+            "ratelimit_service_global_shadow_mode",
+            &server.global_shadow_mode,
+        ),
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", g(v));
     }

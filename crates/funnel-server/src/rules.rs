@@ -44,6 +44,10 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// Count per matched value too.
     pub detailed_metric: bool,
+    /// Quota mode: the request is over the limit only when every quota-mode descriptor is.
+    pub quota_mode: bool,
+    /// What the response's dynamic metadata carries when this rule passes.
+    pub metadata: Option<prost_types::Struct>,
     /// Names of the rules this one replaces.
     pub replaces: Vec<String>,
     /// Where it counts.
@@ -392,6 +396,8 @@ impl TreeBuilder<'_> {
             limit: limit.clone(),
             shadow_mode: d.shadow_mode,
             detailed_metric: d.detailed_metric,
+            quota_mode: false,
+            metadata: None,
             replaces: limit.replaces.clone(),
             kind,
             stats,

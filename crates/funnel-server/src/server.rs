@@ -33,6 +33,9 @@ pub struct Options {
     pub max_keys: usize,
     /// Write `RateLimit-Policy`/`RateLimit` into `response_headers_to_add`.
     pub response_headers: bool,
+    /// envoyproxy/ratelimit's answer switches (shadow and quota modes, limit headers, dynamic
+    /// metadata, charging denied requests).
+    pub answers: crate::answers::Answers,
     /// Watch the configuration and reload it.
     pub watch: bool,
     /// Decide on funnel's recent clock refreshed at this interval instead of reading the
@@ -51,7 +54,9 @@ pub async fn run(opts: Options) -> Result<(), String> {
     };
     let registry = Registry::new(clock, opts.max_keys, opts.redis.clone());
     let rules = registry.compile(&config).await?;
-    let decider = Arc::new(Decider::new(rules, registry, opts.response_headers));
+    let decider = Arc::new(
+        Decider::new(rules, registry, opts.response_headers).with_answers(opts.answers.clone()),
+    );
     decider
         .stats
         .config_load_success

@@ -76,7 +76,7 @@ fn a_tree_of_defaults_and_overrides() {
     use Unit::*;
     let r = load("accepted/tree.yaml");
     let d = "shop";
-    assert!(r.domains.get("nowhere").is_none());
+    assert!(!r.domains.contains_key("nowhere"));
     // Nothing for an unknown value, a level without a limit, a request deeper than the tree.
     assert_eq!(lookup(&r, d, &[("tenant", "other")]), None);
     assert_eq!(lookup(&r, d, &[("tenant", "acme")]), None);
@@ -581,4 +581,31 @@ descriptors:
         key(&[("wild", "w1"), ("other", "bar"), ("last", "X")]),
         "v.wild_w*.other_bar.last"
     );
+}
+
+#[test]
+fn what_envoyproxy_accepts_quietly_loads() {
+    let r = inline(
+        "domain: q
+descriptors:
+  # No requests_per_unit: zero, every request over the limit.
+  - key: blocked
+    rate_limit: {unit: second}
+  # An unlimited rule whose unit is not a unit: the unit is never read.
+  - key: open
+    rate_limit: {unlimited: true, unit: whenever}
+  # replaces may name a rule that does not exist.
+  - key: ghost
+    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: nobody}]}
+  # A value left empty is no value.
+  - key: blank
+    value: \"\"
+    rate_limit: {unit: second, requests_per_unit: 2}
+",
+    );
+    let rule = |k: &str| r.domains["q"].find([(k, "x")].into_iter()).unwrap().clone();
+    assert_eq!(rule("blocked").limit.requests_per_unit, 0);
+    assert!(rule("open").limit.unlimited);
+    assert_eq!(rule("ghost").limit.replaces, ["nobody"]);
+    assert_eq!(rule("blank").stat_key, "blank");
 }

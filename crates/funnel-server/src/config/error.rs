@@ -27,7 +27,7 @@ pub enum ConfigErrorKind {
     /// A file is larger than [`super::MAX_FILE_BYTES`].
     TooLarge,
     /// The text is not YAML we read: a syntax error, a key given twice, an anchor, a tag.
-    Syntax(marked_yaml::LoadError),
+    Syntax(Box<marked_yaml::LoadError>),
     /// The YAML does not have the configuration's shape: an unknown field, a value of the
     /// wrong type, a list where a mapping belongs.
     Shape {
@@ -35,7 +35,7 @@ pub enum ConfigErrorKind {
         /// known.
         path: Option<String>,
         /// What the reader found.
-        error: marked_yaml::Error,
+        error: Box<marked_yaml::Error>,
     },
     /// A number with a fraction or an exponent outside `metadata`, which envoyproxy/ratelimit
     /// refuses wherever it appears.
@@ -100,7 +100,7 @@ impl fmt::Display for ConfigErrorKind {
                 if let Some(path) = path {
                     write!(f, "{path}: ")?;
                 }
-                match error {
+                match &**error {
                     marked_yaml::Error::UnknownFieldError(field, expected, _) => write!(
                         f,
                         "unknown field `{field}` (expected one of: {})",
@@ -184,8 +184,8 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
             ConfigErrorKind::Read(e) => Some(e),
-            ConfigErrorKind::Syntax(e) => Some(e),
-            ConfigErrorKind::Shape { error, .. } => Some(error),
+            ConfigErrorKind::Syntax(e) => Some(e.as_ref()),
+            ConfigErrorKind::Shape { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }

@@ -7,7 +7,7 @@
 //! bad unit, a `unit` on an `unlimited` rule, two descriptors with the same `key_value` at
 //! one level, an empty or self-naming `replaces`, `share_threshold` without a wildcard, a
 //! domain defined twice (unless domains are merged, as with its `MERGE_DOMAIN_CONFIG`).
-//! The YAML is read as YAML 1.1, as envoyproxy/ratelimit reads it ([`yaml`]).
+//! The YAML is read as YAML 1.1, as envoyproxy/ratelimit reads it (`config/yaml.rs`).
 
 #[cfg(test)]
 mod conformance;
@@ -326,7 +326,7 @@ pub fn parse_domain(text: &str, file: &Path) -> Result<Domain, ConfigError> {
             .error_on_duplicate_keys(true)
             .prevent_coercion(true),
     )
-    .map_err(|e| reader.err(syntax_line(&e), ConfigErrorKind::Syntax(e)))?;
+    .map_err(|e| reader.err(syntax_line(&e), ConfigErrorKind::Syntax(Box::new(e))))?;
     if let Some(line) = too_deep(&root) {
         return Err(reader.err(line, ConfigErrorKind::TooDeep));
     }
@@ -347,7 +347,7 @@ pub fn parse_domain(text: &str, file: &Path) -> Result<Domain, ConfigError> {
             line,
             ConfigErrorKind::Shape {
                 path,
-                error: e.into_inner(),
+                error: Box::new(e.into_inner()),
             },
         )
     })?;

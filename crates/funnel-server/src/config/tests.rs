@@ -146,3 +146,25 @@ fn errors_carry_their_source() {
     assert!(matches!(e.kind, ConfigErrorKind::Read(_)));
     assert!(e.source().is_some());
 }
+
+#[test]
+fn an_empty_file_has_no_domain() {
+    for text in ["", "# only a comment\n", "descriptors: []\n"] {
+        let e = parse(text).unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                ConfigErrorKind::EmptyDomain | ConfigErrorKind::Syntax(_)
+            ),
+            "{text:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn quoted_scalars_are_strings() {
+    let e = parse("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n").unwrap_err();
+    assert_eq!(e.line, 4, "{e}");
+    let e = parse("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: \"true\"\n").unwrap_err();
+    assert_eq!(e.line, 4, "{e}");
+}

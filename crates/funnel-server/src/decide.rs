@@ -35,7 +35,7 @@ use crate::proto::rate_limit_response::{
     rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit as ProtoLimit,
 };
 use crate::proto::{HeaderValue, RateLimitRequest, RateLimitResponse};
-use crate::rules::{Kind, Registry, Rule, Rules};
+use crate::rules::{Kind, Match, Registry, Rule, Rules};
 use crate::store::{gcra_quota, until_reset, Entry, Table};
 
 /// A request refused before any decision, with the reason (answered `INVALID_ARGUMENT`).
@@ -128,6 +128,20 @@ fn table_key(entries: &[ProtoEntry], prefix: &str) -> String {
         k.push_str(&e.value.len().to_string());
         k.push(':');
         k.push_str(&e.value);
+    }
+    k
+}
+
+/// The table key of a descriptor matched to a rule: as [`table_key`], with each value that
+/// matched a `share_threshold` wildcard replaced by the pattern, so all such values share one
+/// count.
+fn shared_table_key(found: &Match<'_>, entries: &[ProtoEntry]) -> String {
+    let mut k = String::with_capacity(entries.iter().map(|e| e.value.len() + 4).sum::<usize>());
+    for (i, e) in entries.iter().enumerate() {
+        let value = found.counted_value(i, &e.key, &e.value);
+        k.push_str(&value.len().to_string());
+        k.push(':');
+        k.push_str(value);
     }
     k
 }
@@ -282,15 +296,15 @@ impl Decider {
             return Ok(req.descriptors.iter().map(|_| Plan::Nothing).collect());
         };
         let request_hits = u64::from(req.hits_addend.max(1));
-        let matched: Vec<Option<&Arc<Rule>>> = req
+        let matched: Vec<Option<Match<'r>>> = req
             .descriptors
             .iter()
-            .map(|d| domain.find(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))))
+            .map(|d| domain.lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))))
             .collect();
         let replaced: Vec<&str> = matched
             .iter()
             .flatten()
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
             .collect();
         let mut plans = Vec::with_capacity(req.descriptors.len());
         for (i, (d, rule)) in req.descriptors.iter().zip(&matched).enumerate() {
@@ -328,10 +342,11 @@ impl Decider {
                 }));
                 continue;
             }
-            let Some(rule) = rule else {
+            let Some(found) = rule else {
                 plans.push(Plan::Nothing);
                 continue;
             };
+            let rule = found.rule;
             if rule
                 .limit
                 .name
@@ -367,7 +382,7 @@ impl Decider {
                 rule: Some(rule),
                 shown,
                 where_,
-                key: table_key(&d.entries, ""),
+                key: shared_table_key(found, &d.entries),
                 n,
                 refund,
                 shadow: rule.shadow_mode,

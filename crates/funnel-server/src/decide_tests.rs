@@ -33,6 +33,7 @@ fn rule(
     Arc::new(Rule {
         domain: "d".into(),
         stat_key: name.into(),
+        full_key: format!("d.{name}"),
         limit,
         shadow_mode: false,
         detailed_metric: false,

@@ -41,6 +41,32 @@ fn object(fields: BTreeMap<String, Value>) -> Value {
     }
 }
 
+/// A rule's `metadata` from the configuration, as the protobuf `Struct` the response carries.
+pub fn from_config(map: &serde_json::Map<String, serde_json::Value>) -> Struct {
+    Struct {
+        fields: map.iter().map(|(k, v)| (k.clone(), from_json(v))).collect(),
+    }
+}
+
+fn from_json(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value {
+            kind: Some(Kind::NullValue(0)),
+        },
+        J::Bool(b) => Value {
+            kind: Some(Kind::BoolValue(*b)),
+        },
+        // Struct holds every number as a double, as JSON does.
+        J::Number(n) => number(n.as_f64().unwrap_or(0.0)),
+        J::String(s) => string(s.clone()),
+        J::Array(a) => list(a.iter().map(from_json).collect()),
+        J::Object(o) => Value {
+            kind: Some(Kind::StructValue(from_config(o))),
+        },
+    }
+}
+
 /// One descriptor as the metadata shows it.
 fn descriptor(d: &RateLimitDescriptor) -> Value {
     let mut fields = BTreeMap::new();

@@ -85,6 +85,10 @@ struct Args {
     /// Do not watch the configuration for changes.
     #[arg(long)]
     no_watch: bool,
+    /// Merge configuration files that name the same domain (envoyproxy/ratelimit's
+    /// MERGE_DOMAIN_CONFIG); without it a domain in two files is refused.
+    #[arg(long)]
+    merge_domain_config: bool,
     /// Decide on a time refreshed every <interval> (`250us`, `1ms`; 10us to 1000ms) instead of
     /// reading the clock per decision: each limit may admit up to one interval's worth of its
     /// rate more than exact. Not worth it beside a gRPC round trip unless measured.
@@ -156,6 +160,7 @@ fn main() -> ExitCode {
             charge_denied: args.charge_denied,
         },
         watch: !args.no_watch,
+        merge_domain_config: args.merge_domain_config,
         recent_clock: args.recent_clock,
     };
     let runtime = match tokio::runtime::Runtime::new() {

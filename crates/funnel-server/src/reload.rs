@@ -21,9 +21,14 @@ use crate::decide::Decider;
 const SETTLE: Duration = Duration::from_millis(100);
 
 /// Loads `path` again and swaps it in; on failure the configuration in force stays.
-pub async fn reload(decider: &Decider, path: &Path) -> Result<(), String> {
-    let result = match Config::load(path) {
-        Ok(config) => decider.registry.compile(&config).await,
+/// `merge_domains`: a domain may be split over several files ([`Config::load`]).
+pub async fn reload(decider: &Decider, path: &Path, merge_domains: bool) -> Result<(), String> {
+    let result = match Config::load(path, merge_domains) {
+        Ok(config) => decider
+            .registry
+            .compile(&config)
+            .await
+            .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     match result {
@@ -48,7 +53,11 @@ pub async fn reload(decider: &Decider, path: &Path) -> Result<(), String> {
 }
 
 /// Watches `path` and reloads on every change, until the returned watcher is dropped.
-pub fn watch(decider: Arc<Decider>, path: PathBuf) -> Result<notify::RecommendedWatcher, String> {
+pub fn watch(
+    decider: Arc<Decider>,
+    path: PathBuf,
+    merge_domains: bool,
+) -> Result<notify::RecommendedWatcher, String> {
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let is_dir = path.is_dir();
     let file_name = path.file_name().map(|n| n.to_os_string());
@@ -88,7 +97,7 @@ pub fn watch(decider: Arc<Decider>, path: PathBuf) -> Result<notify::Recommended
         while rx.recv().await.is_some() {
             tokio::time::sleep(SETTLE).await;
             while rx.try_recv().is_ok() {}
-            let _ = reload(&decider, &path).await;
+            let _ = reload(&decider, &path, merge_domains).await;
         }
     });
     Ok(watcher)

@@ -1,21 +1,28 @@
 //! The configuration compiled for lookups: per domain a tree of descriptors, each level
-//! indexed by key and value, and per rule its counts (a table in process, or a Redis limiter)
-//! and its statistics.
+//! indexed as envoyproxy/ratelimit indexes it, and per rule its counts (a table in process,
+//! or a Redis limiter) and its statistics.
 //!
 //! Matching follows envoyproxy/ratelimit: a request descriptor of N entries walks N levels;
-//! at each level the entry's key with its value is tried first, then a value ending in `*` as
-//! a prefix, then the key alone; the rule found at the last entry applies, and a walk that
-//! stops early matches nothing.
+//! at each level the entry's `key_value` is tried first, then the level's wildcards in the
+//! order the configuration gives them (each `*` matching any run of characters, the empty
+//! one too), then the key alone; the rule found at the last entry applies, and a walk that
+//! stops early matches nothing. A [`Match`] remembers how each entry matched: that decides
+//! the count a `share_threshold` wildcard shares ([`Match::counted_value`]) and the name
+//! envoyproxy/ratelimit gives the statistics ([`Match::stat_key`]).
 //!
 //! A [`Registry`] outlives configurations: a rule that keeps its identity (its `name`, or its
 //! path of keys and values when unnamed) and its quota keeps its table, so every key's debt
 //! survives a reload; statistics are kept per domain and path.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::clock::UnixClock;
 use crate::config::{Algorithm, Config, Descriptor, RateLimit, Unit};
+use crate::limits::MAX_ENTRIES;
 use crate::metrics::RuleStats;
 use crate::store::Table;
 
@@ -36,17 +43,18 @@ pub struct Rule {
     /// The domain.
     pub domain: String,
     /// The path of keys and values leading to it (`key_value.key`), as envoyproxy/ratelimit
-    /// names its statistics.
+    /// names its statistics, without the domain.
     pub stat_key: String,
     /// The limit.
     pub limit: RateLimit,
     /// Answer OK whatever the decision.
     pub shadow_mode: bool,
-    /// Count per matched value too.
-    pub detailed_metric: bool,
-    /// Quota mode: the request is over the limit only when every quota-mode descriptor is.
+    /// `quota_mode`: over the limit only if every quota-mode descriptor of the request is.
     pub quota_mode: bool,
-    /// What the response's dynamic metadata carries when this rule passes.
+    /// Statistics per matched value ([`Match::stat_key`]).
+    pub detailed_metric: bool,
+    /// The descriptor's `metadata`: what the response's dynamic metadata carries when this
+    /// rule passes.
     pub metadata: Option<prost_types::Struct>,
     /// Names of the rules this one replaces.
     pub replaces: Vec<String>,
@@ -54,18 +62,186 @@ pub struct Rule {
     pub kind: Kind,
     /// Its counters.
     pub stats: Arc<RuleStats>,
+    /// `domain.stat_key`: the statistics' name when no value enters it.
+    pub(crate) full_key: String,
 }
 
+/// A wildcard of one level: its `key_value` split on `*`.
+struct Wildcard {
+    parts: Vec<String>,
+    node: usize,
+}
+
+/// One level of the tree.
 #[derive(Default)]
 struct Level {
-    exact: HashMap<String, HashMap<String, usize>>,
-    prefix: Vec<(String, String, usize)>,
-    any: HashMap<String, usize>,
+    /// By `key_value`, or by `key` for a descriptor without a value.
+    by_key: HashMap<String, usize>,
+    /// The descriptors whose `key_value` holds a `*`, in configuration order.
+    wildcards: Vec<Wildcard>,
 }
 
 struct Node {
     rule: Option<Arc<Rule>>,
     children: Level,
+    /// `key_value` (or `key`) as configured.
+    composite: String,
+    share_threshold: bool,
+    value_to_metric: bool,
+}
+
+/// How one entry of a request found its descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Via {
+    /// Its `key_value`.
+    #[default]
+    Value,
+    /// A wildcard.
+    Wildcard,
+    /// Its key alone.
+    Key,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Step<'r> {
+    via: Via,
+    node: Option<&'r Node>,
+}
+
+/// A request descriptor's rule, and how each of its entries found it.
+pub struct Match<'r> {
+    /// The rule.
+    pub rule: &'r Arc<Rule>,
+    steps: [Step<'r>; MAX_ENTRIES],
+    len: usize,
+}
+
+/// `pattern` without its `key_` prefix, as envoyproxy/ratelimit writes a wildcard's value.
+fn wildcard_value<'p>(pattern: &'p str, key: &str) -> &'p str {
+    pattern
+        .strip_prefix(key)
+        .and_then(|rest| rest.strip_prefix('_'))
+        .unwrap_or(pattern)
+}
+
+impl<'r> Match<'r> {
+    fn step(&self, i: usize) -> Option<(Via, &'r Node)> {
+        let s = self.steps.get(i).filter(|_| i < self.len)?;
+        Some((s.via, s.node?))
+    }
+
+    /// The `share_threshold` pattern entry `i` (with key `key`) counts under, if any.
+    fn shared(&self, i: usize, key: &str) -> Option<&'r str> {
+        match self.step(i) {
+            Some((Via::Wildcard, node)) if node.share_threshold => {
+                Some(wildcard_value(&node.composite, key))
+            }
+            _ => None,
+        }
+    }
+
+    /// The value entry `i` is counted under: the wildcard's pattern when it matched a
+    /// `share_threshold` wildcard (every such value shares one count), else its own value.
+    pub fn counted_value<'v>(&self, i: usize, key: &str, value: &'v str) -> &'v str
+    where
+        'r: 'v,
+    {
+        self.shared(i, key).unwrap_or(value)
+    }
+
+    /// The statistics' name of this match, exactly as envoyproxy/ratelimit builds it
+    /// (`domain.key_value.key`), for the request's `entries` (the ones matched):
+    ///
+    /// * `detailed_metric` on the rule: every entry as `key_value`, the value as sent (a
+    ///   `share_threshold` entry as its pattern; then an entry with an empty value as `key`);
+    /// * else, per entry: matched by value, `key_value`; by a wildcard, `key_pattern` (the
+    ///   value as sent when that descriptor has `value_to_metric` and no `share_threshold`);
+    ///   by key alone, `key` (`key_value` with `value_to_metric`).
+    pub fn stat_key<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Cow<'r, str> {
+        let rule: &'r Rule = self.rule;
+        let steps = &self.steps[..self.len];
+        let dynamic = rule.detailed_metric
+            || steps.iter().any(|s| {
+                s.via == Via::Wildcard
+                    || (s.via == Via::Key && s.node.is_some_and(|n| n.value_to_metric))
+            });
+        if !dynamic {
+            return Cow::Borrowed(&rule.full_key);
+        }
+        let entries: Vec<(&str, &str)> = entries.into_iter().take(self.len).collect();
+        let mut out = String::with_capacity(rule.full_key.len() + 32);
+        out.push_str(&rule.domain);
+        if rule.detailed_metric {
+            let shares = entries
+                .iter()
+                .enumerate()
+                .any(|(i, (k, _))| self.shared(i, k).is_some());
+            for (i, &(key, value)) in entries.iter().enumerate() {
+                out.push('.');
+                out.push_str(key);
+                match self.shared(i, key) {
+                    Some(p) => {
+                        out.push('_');
+                        out.push_str(p);
+                    }
+                    None if shares && value.is_empty() => {}
+                    None => {
+                        out.push('_');
+                        out.push_str(value);
+                    }
+                }
+            }
+            return Cow::Owned(out);
+        }
+        for (i, &(key, value)) in entries.iter().enumerate() {
+            out.push('.');
+            out.push_str(key);
+            let shown = match self.step(i) {
+                Some((Via::Wildcard, node)) if node.share_threshold => {
+                    wildcard_value(&node.composite, key)
+                }
+                Some((Via::Wildcard, node)) if node.value_to_metric => value,
+                Some((Via::Wildcard, node)) => wildcard_value(&node.composite, key),
+                Some((Via::Value, _)) => value,
+                Some((Via::Key, node)) if node.value_to_metric => value,
+                _ => "",
+            };
+            if !shown.is_empty() {
+                out.push('_');
+                out.push_str(shown);
+            }
+        }
+        Cow::Owned(out)
+    }
+}
+
+/// Whether `s` matches a pattern split on `*` (`parts`): it starts with the first part, ends
+/// with the last, and holds the others in order between them, each `*` standing for any run
+/// of characters, the empty one too.
+fn wildcard_match(parts: &[String], s: &str) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return s.is_empty();
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return first == s;
+    };
+    let fixed: usize = parts.iter().map(String::len).sum();
+    if s.len() < fixed || !s.starts_with(first.as_str()) || !s.ends_with(last.as_str()) {
+        return false;
+    }
+    // Within bounds and on character boundaries: the prefix and suffix matched and do not
+    // overlap (the length check).
+    let mut between = &s[first.len()..s.len() - last.len()];
+    for part in middle {
+        match between.find(part.as_str()) {
+            Some(at) => between = &between[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// One domain's tree.
@@ -78,38 +254,113 @@ pub struct DomainRules {
 }
 
 impl DomainRules {
-    /// The rule for a descriptor's entries, as `(key, value)` pairs.
-    pub fn find<'a>(
+    /// The rule for a descriptor's entries, as `(key, value)` pairs, and how it was found.
+    pub fn lookup<'a>(
         &self,
         entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
-    ) -> Option<&Arc<Rule>> {
-        let last = entries.len().checked_sub(1)?;
+    ) -> Option<Match<'_>> {
+        let len = entries.len();
+        if len == 0 || len > MAX_ENTRIES {
+            return None;
+        }
+        let mut steps = [Step::default(); MAX_ENTRIES];
         let mut level = &self.root;
+        let mut composite = String::new();
         for (i, (key, value)) in entries.enumerate() {
-            let next = level
-                .exact
-                .get(key)
-                .and_then(|m| m.get(value))
-                .or_else(|| {
-                    level
-                        .prefix
-                        .iter()
-                        .find(|(k, p, _)| k == key && value.starts_with(p.as_str()))
-                        .map(|(_, _, i)| i)
-                })
-                .or_else(|| level.any.get(key))?;
-            let node = &self.nodes[*next];
-            if i == last {
-                return node.rule.as_ref();
+            composite.clear();
+            composite.push_str(key);
+            composite.push('_');
+            composite.push_str(value);
+            let (index, via) = if let Some(&n) = level.by_key.get(composite.as_str()) {
+                (n, Via::Value)
+            } else if let Some(w) = level
+                .wildcards
+                .iter()
+                .find(|w| wildcard_match(&w.parts, &composite))
+            {
+                (w.node, Via::Wildcard)
+            } else {
+                (*level.by_key.get(key)?, Via::Key)
+            };
+            let node = &self.nodes[index];
+            steps[i] = Step {
+                via,
+                node: Some(node),
+            };
+            if i + 1 == len {
+                return node.rule.as_ref().map(|rule| Match { rule, steps, len });
             }
             level = &node.children;
         }
         None
     }
 
+    /// The rule for a descriptor's entries, as `(key, value)` pairs.
+    pub fn find<'a>(
+        &self,
+        entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<&Arc<Rule>> {
+        self.lookup(entries).map(|m| m.rule)
+    }
+
     /// Every rule of the domain.
     pub fn rules(&self) -> impl Iterator<Item = &Arc<Rule>> {
         self.nodes.iter().filter_map(|n| n.rule.as_ref())
+    }
+}
+
+/// Why a configuration could not be compiled: the rule, and what failed.
+#[derive(Debug)]
+pub struct CompileError {
+    /// The file of the rule.
+    pub file: PathBuf,
+    /// Its line; 0 for the domain as a whole.
+    pub line: usize,
+    /// What failed.
+    pub kind: CompileErrorKind,
+}
+
+/// What failed when compiling a rule.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CompileErrorKind {
+    /// The in-process table could not be built.
+    Table(String),
+    /// The quota is out of funnel's range.
+    Quota(funnel::Error),
+    /// The Redis limiter could not be built.
+    Redis(funnel_redis::Error),
+    /// A window algorithm in fleet mode, which counts with GCRA only.
+    FleetNeedsGcra(Algorithm),
+}
+
+impl fmt::Display for CompileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: ", self.file.display())?;
+        } else {
+            write!(f, "{}:{}: ", self.file.display(), self.line)?;
+        }
+        match &self.kind {
+            CompileErrorKind::Table(e) => write!(f, "{e}"),
+            CompileErrorKind::Quota(e) => write!(f, "{e}"),
+            CompileErrorKind::Redis(e) => write!(f, "redis: {e}"),
+            CompileErrorKind::FleetNeedsGcra(a) => write!(
+                f,
+                "algorithm {} is not available with --redis (gcra only)",
+                a.name()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CompileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            CompileErrorKind::Quota(e) => Some(e),
+            CompileErrorKind::Redis(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
@@ -189,7 +440,7 @@ impl Registry {
 
     /// Compiles `config`, reusing the tables of rules that kept their identity and quota and
     /// dropping the others. Nothing changes when it fails.
-    pub async fn compile(&self, config: &Config) -> Result<Rules, String> {
+    pub async fn compile(&self, config: &Config) -> Result<Rules, CompileError> {
         let mut kept: HashMap<Identity, Counts> = HashMap::new();
         let mut stats: HashMap<(String, String), Arc<RuleStats>> = HashMap::new();
         let mut overrides: HashMap<String, Arc<Table>> = HashMap::new();
@@ -202,12 +453,15 @@ impl Registry {
                 kept: &mut kept,
                 stats: &mut stats,
             };
-            let root = b
-                .level(&d.descriptors, "")
-                .await
-                .map_err(|e| format!("{}: {e}", d.file.display()))?;
+            let root = b.level(&d.descriptors, "").await?;
             let nodes = b.nodes;
-            let table = self.override_table(&d.domain)?;
+            let table = self
+                .override_table(&d.domain)
+                .map_err(|kind| CompileError {
+                    file: d.file.clone(),
+                    line: 0,
+                    kind,
+                })?;
             overrides.insert(d.domain.clone(), table.clone());
             domains.insert(
                 d.domain.clone(),
@@ -224,7 +478,7 @@ impl Registry {
         Ok(Rules { domains })
     }
 
-    fn override_table(&self, domain: &str) -> Result<Arc<Table>, String> {
+    fn override_table(&self, domain: &str) -> Result<Arc<Table>, CompileErrorKind> {
         if let Some(t) = self
             .overrides
             .lock()
@@ -234,17 +488,17 @@ impl Registry {
             return Ok(t.clone());
         }
         // The table's own quota is never used: every override entry brings its quota.
-        let q = funnel::Quota::per_second(1).map_err(|e| e.to_string())?;
+        let q = funnel::Quota::per_second(1).map_err(CompileErrorKind::Quota)?;
         let t = funnel::Limiter::<str>::builder(q)
             .capacity(1_024.min(self.max_keys))
             .max_capacity(self.max_keys)
             .clock(self.clock.clone())
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(CompileErrorKind::Quota)?;
         Ok(Arc::new(Table::Gcra(t)))
     }
 
-    async fn counts(&self, id: &Identity, limit: &RateLimit) -> Result<Counts, String> {
+    async fn counts(&self, id: &Identity, limit: &RateLimit) -> Result<Counts, CompileErrorKind> {
         if let Some(c) = self
             .counts
             .lock()
@@ -257,21 +511,17 @@ impl Registry {
             });
         }
         match &self.redis {
-            None => Ok(Counts::Local(Arc::new(Table::build(
-                limit,
-                self.max_keys,
-                self.clock.clone(),
-            )?))),
+            None => Ok(Counts::Local(Arc::new(
+                Table::build(limit, self.max_keys, self.clock.clone())
+                    .map_err(CompileErrorKind::Table)?,
+            ))),
             Some(r) => {
                 if limit.algorithm != Algorithm::Gcra {
-                    return Err(format!(
-                        "algorithm {} is not available with --redis (gcra only)",
-                        limit.algorithm.name()
-                    ));
+                    return Err(CompileErrorKind::FleetNeedsGcra(limit.algorithm));
                 }
                 let rpu = limit.requests_per_unit;
                 let q = crate::store::gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(CompileErrorKind::Quota)?;
                 // The quota is part of the prefix: a rule whose quota changed starts afresh,
                 // as it does in process.
                 let prefix = format!(
@@ -289,7 +539,7 @@ impl Registry {
                 if let Some(t) = r.timeout {
                     builder = builder.timeout(t);
                 }
-                let limiter = builder.build().await.map_err(|e| format!("redis: {e}"))?;
+                let limiter = builder.build().await.map_err(CompileErrorKind::Redis)?;
                 Ok(Counts::Redis(Arc::new(limiter)))
             }
         }
@@ -305,46 +555,41 @@ struct TreeBuilder<'a> {
 }
 
 impl TreeBuilder<'_> {
-    async fn level(&mut self, list: &[Descriptor], parent: &str) -> Result<Level, String> {
+    async fn level(&mut self, list: &[Descriptor], parent: &str) -> Result<Level, CompileError> {
         let mut level = Level::default();
         for d in list {
-            let part = match &d.value {
-                Some(v) => format!("{}_{}", d.key, v),
-                None => d.key.clone(),
-            };
+            let composite = d.composite_key();
             let path = if parent.is_empty() {
-                part
+                composite.clone()
             } else {
-                format!("{parent}.{part}")
+                format!("{parent}.{composite}")
             };
             let rule = match &d.rate_limit {
                 None => None,
-                Some(limit) => Some(Arc::new(
-                    self.rule(d, limit, &path)
-                        .await
-                        .map_err(|e| format!("line {}: {e}", d.line))?,
-                )),
+                Some(limit) => Some(Arc::new(self.rule(d, limit, &path).await.map_err(
+                    |kind| CompileError {
+                        file: d.file.to_path_buf(),
+                        line: d.line,
+                        kind,
+                    },
+                )?)),
             };
             let children = Box::pin(self.level(&d.descriptors, &path)).await?;
-            let idx = self.nodes.len();
-            self.nodes.push(Node { rule, children });
-            match &d.value {
-                Some(v) if v.ends_with('*') => {
-                    level
-                        .prefix
-                        .push((d.key.clone(), v[..v.len() - 1].to_owned(), idx));
-                }
-                Some(v) => {
-                    level
-                        .exact
-                        .entry(d.key.clone())
-                        .or_default()
-                        .insert(v.clone(), idx);
-                }
-                None => {
-                    level.any.insert(d.key.clone(), idx);
-                }
+            let index = self.nodes.len();
+            if composite.contains('*') {
+                level.wildcards.push(Wildcard {
+                    parts: composite.split('*').map(str::to_owned).collect(),
+                    node: index,
+                });
             }
+            level.by_key.insert(composite.clone(), index);
+            self.nodes.push(Node {
+                rule,
+                children,
+                composite,
+                share_threshold: d.share_threshold,
+                value_to_metric: d.value_to_metric,
+            });
         }
         Ok(level)
     }
@@ -354,7 +599,7 @@ impl TreeBuilder<'_> {
         d: &Descriptor,
         limit: &RateLimit,
         path: &str,
-    ) -> Result<Rule, String> {
+    ) -> Result<Rule, CompileErrorKind> {
         let kind = if limit.unlimited {
             Kind::Unlimited
         } else if limit.requests_per_unit == 0 {
@@ -393,11 +638,12 @@ impl TreeBuilder<'_> {
         Ok(Rule {
             domain: self.domain.to_owned(),
             stat_key: path.to_owned(),
+            full_key: format!("{}.{path}", self.domain),
             limit: limit.clone(),
             shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
-            quota_mode: false,
-            metadata: None,
+            metadata: d.metadata.as_ref().map(crate::dynamic_metadata::from_config),
             replaces: limit.replaces.clone(),
             kind,
             stats,

@@ -38,6 +38,9 @@ pub struct Options {
     pub answers: crate::answers::Answers,
     /// Watch the configuration and reload it.
     pub watch: bool,
+    /// Merge the files that name the same domain instead of refusing the second
+    /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`).
+    pub merge_domain_config: bool,
     /// Decide on funnel's recent clock refreshed at this interval instead of reading the
     /// monotonic clock per decision (`--recent-clock`).
     pub recent_clock: Option<std::time::Duration>,
@@ -45,7 +48,7 @@ pub struct Options {
 
 /// Runs until SIGTERM or SIGINT; errors only when it cannot start.
 pub async fn run(opts: Options) -> Result<(), String> {
-    let config = Config::load(&opts.config).map_err(|e| e.to_string())?;
+    let config = Config::load(&opts.config, opts.merge_domain_config).map_err(|e| e.to_string())?;
     let clock = match opts.recent_clock {
         None => UnixClock::new(),
         Some(interval) => {
@@ -53,7 +56,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
         }
     };
     let registry = Registry::new(clock, opts.max_keys, opts.redis.clone());
-    let rules = registry.compile(&config).await?;
+    let rules = registry.compile(&config).await.map_err(|e| e.to_string())?;
     let decider = Arc::new(
         Decider::new(rules, registry, opts.response_headers).with_answers(opts.answers.clone()),
     );
@@ -62,7 +65,11 @@ pub async fn run(opts: Options) -> Result<(), String> {
         .config_load_success
         .fetch_add(1, Ordering::Relaxed);
     let _watcher = if opts.watch {
-        Some(crate::reload::watch(decider.clone(), opts.config.clone())?)
+        Some(crate::reload::watch(
+            decider.clone(),
+            opts.config.clone(),
+            opts.merge_domain_config,
+        )?)
     } else {
         None
     };

@@ -212,6 +212,16 @@ impl Decider {
 
     /// Decides one request.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
+        self.decide_with_headers(req, self.response_headers).await
+    }
+
+    /// As [`decide`](Self::decide), writing the `RateLimit-Policy`/`RateLimit` fields when
+    /// `headers` whatever `--response-headers` says (the forward-auth endpoint always does).
+    pub async fn decide_with_headers(
+        &self,
+        req: &RateLimitRequest,
+        headers: bool,
+    ) -> Result<RateLimitResponse, Invalid> {
         if let Err(e) = validate(req) {
             self.stats.invalid_requests.fetch_add(1, Ordering::Relaxed);
             return Err(e);
@@ -221,7 +231,7 @@ impl Decider {
         let plans = self.plan(&rules, req)?;
         let now = self.registry.clock().now();
         let outcomes = self.charge(&plans, now).await;
-        Ok(self.respond(&plans, &outcomes))
+        Ok(self.respond(&plans, &outcomes, headers))
     }
 
     fn plan<'r>(&self, rules: &'r Rules, req: &RateLimitRequest) -> Result<Vec<Plan<'r>>, Invalid> {
@@ -437,7 +447,12 @@ impl Decider {
         out
     }
 
-    fn respond(&self, plans: &[Plan<'_>], outcomes: &[Option<Outcome>]) -> RateLimitResponse {
+    fn respond(
+        &self,
+        plans: &[Plan<'_>],
+        outcomes: &[Option<Outcome>],
+        headers: bool,
+    ) -> RateLimitResponse {
         let mut statuses = Vec::with_capacity(plans.len());
         let mut over_all = false;
         let mut closest: Option<(&Shown, &Outcome)> = None;
@@ -492,7 +507,7 @@ impl Decider {
             statuses.push(status);
         }
         let mut response_headers_to_add = Vec::new();
-        if self.response_headers {
+        if headers {
             if let Some((s, o)) = closest {
                 let name = if s.name.is_empty() {
                     "limit"

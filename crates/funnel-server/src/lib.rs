@@ -17,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod fleet;
+pub mod forward_auth;
 pub mod fuzz;
 pub mod grpc;
 pub mod http;

@@ -339,3 +339,49 @@ fn the_readme_shows_the_deploy_files_as_they_are() {
         );
     }
 }
+
+#[test]
+fn with_header_x_real_ip_the_trusted_proxys_x_real_ip_names_the_client() {
+    let dir = scratch("fa-real-ip");
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    write_config(
+        &rules,
+        "by_ip.yaml",
+        &RULES.replace("domain: web", "domain: by_ip"),
+    );
+    let fa = write_config(
+        &dir,
+        "fa.yaml",
+        &FORWARD_AUTH.replace(
+            "  ipv6_prefix: 64",
+            "  header: x-real-ip\n  ipv6_prefix: 64",
+        ),
+    );
+    let s = Server::start(
+        &rules,
+        &["--no-watch", "--forward-auth", fa.to_str().unwrap()],
+    );
+    let real = "X-Real-IP: 2001:db8:5:6::1";
+    // X-Forwarded-For is not read: a different one each time changes nothing.
+    let statuses: Vec<u16> = (0..3)
+        .map(|i| {
+            let forged = format!("X-Forwarded-For: 192.0.2.{i}");
+            ask(&s, "/forward-auth/by_ip", &[real, &forged]).0
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    // Same /64, same count; garbage falls back to the peer (its own count).
+    assert_eq!(
+        ask(&s, "/forward-auth/by_ip", &["X-Real-IP: 2001:db8:5:6::2"]).0,
+        429
+    );
+    assert_eq!(
+        statuses_of(&s, &["X-Real-IP: not-an-address"], 3),
+        [200, 200, 429]
+    );
+}
+
+fn statuses_of(s: &Server, headers: &[&str], n: usize) -> Vec<u16> {
+    statuses(s, "/forward-auth/by_ip", headers, n)
+}

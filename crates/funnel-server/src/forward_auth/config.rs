@@ -5,7 +5,7 @@
 //! ```yaml
 //! client_address:
 //!   trusted_proxies: ["127.0.0.1", "10.0.0.0/8"]
-//!   header: x-forwarded-for       # or `forwarded` (RFC 7239)
+//!   header: x-forwarded-for       # or `forwarded` (RFC 7239), or `x-real-ip`
 //!   ipv6_prefix: 64
 //! original_request:               # the defaults
 //!   method_header: x-forwarded-method
@@ -36,6 +36,9 @@ pub struct Settings {
     /// How the client's address is read: a [`KeyBy`] address variant, so that the trusted
     /// hops are walked exactly as funnel-tower walks them.
     pub client: KeyBy,
+    /// `header: x-real-ip`: the address is read from `X-Real-IP`, one hop, through the same
+    /// walk as an `X-Forwarded-For` holding only it.
+    pub real_ip: bool,
     /// The header naming the original method.
     pub method_header: HeaderName,
     /// The header naming the original URI (path and query).
@@ -75,9 +78,9 @@ impl Settings {
         .map_err(|e| p.line(0, format!("not a YAML mapping: {e}")))?;
         let map = p.mapping(&root, "the file")?;
         p.only(map, &["client_address", "original_request", "domains"])?;
-        let client = match map.get_node("client_address") {
+        let (client, real_ip) = match map.get_node("client_address") {
             Some(n) => p.client(n)?,
-            None => KeyBy::PeerIp { v6_prefix: 64 },
+            None => (KeyBy::PeerIp { v6_prefix: 64 }, false),
         };
         let (mut method_header, mut uri_header, mut host_header) = (
             HeaderName::from_static("x-forwarded-method"),
@@ -114,6 +117,7 @@ impl Settings {
         }
         Ok(Settings {
             client,
+            real_ip,
             method_header,
             uri_header,
             host_header,
@@ -215,7 +219,7 @@ impl Parser<'_> {
         Ok(s.to_owned())
     }
 
-    fn client(&self, node: &Node) -> Result<KeyBy, ConfigError> {
+    fn client(&self, node: &Node) -> Result<(KeyBy, bool), ConfigError> {
         let m = self.mapping(node, "`client_address`")?;
         self.only(m, &["trusted_proxies", "header", "ipv6_prefix"])?;
         let v6_prefix = match m.get_node("ipv6_prefix") {
@@ -245,16 +249,26 @@ impl Parser<'_> {
             None => "x-forwarded-for",
             Some(n) => self.str(n, "header")?,
         };
-        if trusted.is_empty() {
-            return Ok(KeyBy::PeerIp { v6_prefix });
-        }
-        match header.to_ascii_lowercase().as_str() {
-            "x-forwarded-for" => Ok(KeyBy::ClientIp { trusted, v6_prefix }),
-            "forwarded" => Ok(KeyBy::ClientIpForwarded { trusted, v6_prefix }),
-            other => Err(self.node_at(
-                m.get_node("header").unwrap_or(node),
-                format!("`header`: {other:?} (expected x-forwarded-for or forwarded)"),
-            )),
+        let (by, real_ip) = match header.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => (KeyBy::ClientIp { trusted, v6_prefix }, false),
+            "x-real-ip" => (KeyBy::ClientIp { trusted, v6_prefix }, true),
+            "forwarded" => (KeyBy::ClientIpForwarded { trusted, v6_prefix }, false),
+            other => {
+                return Err(self.node_at(
+                    m.get_node("header").unwrap_or(node),
+                    format!(
+                        "`header`: {other:?} (expected x-forwarded-for, forwarded or x-real-ip)"
+                    ),
+                ))
+            }
+        };
+        match by {
+            KeyBy::ClientIp { trusted, .. } | KeyBy::ClientIpForwarded { trusted, .. }
+                if trusted.is_empty() =>
+            {
+                Ok((KeyBy::PeerIp { v6_prefix }, false))
+            }
+            by => Ok((by, real_ip)),
         }
     }
 
@@ -425,5 +439,106 @@ impl Parser<'_> {
             matcher,
             invert: self.bool(m, "invert_match", false)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, ConfigError> {
+        Settings::parse(text, Path::new("fa.yaml"))
+    }
+
+    fn error(text: &str) -> String {
+        parse(text).err().expect("refused").to_string()
+    }
+
+    #[test]
+    fn every_action_and_setting_parses() {
+        let s = parse(
+            "client_address:
+  trusted_proxies: [\"10.0.0.0/8\", \"::1\"]
+  header: forwarded
+  ipv6_prefix: 56
+original_request:
+  uri_header: X-Original-URI
+domains:
+  web:
+    - actions:
+        - remote_address: {}
+        - request_headers: {header_name: x-user, descriptor_key: user, skip_if_absent: true}
+    - actions:
+        - generic_key: {descriptor_value: all}
+        - header_value_match:
+            descriptor_value: api
+            expect_match: false
+            headers:
+              - {name: \":path\", prefix_match: /api/, invert_match: true}
+              - {name: x-debug, present_match: true}
+",
+        )
+        .unwrap();
+        assert!(matches!(
+            &s.client,
+            KeyBy::ClientIpForwarded { trusted, v6_prefix: 56 } if trusted.len() == 2
+        ));
+        assert_eq!(s.uri_header, "x-original-uri");
+        assert_eq!(s.method_header, "x-forwarded-method");
+        let web = &s.domains["web"];
+        assert_eq!((web.len(), web[0].len(), web[1].len()), (2, 2, 2));
+        assert!(
+            matches!(&web[1][0], Action::GenericKey { descriptor_key, .. } if descriptor_key == "generic_key")
+        );
+        assert!(matches!(
+            &web[1][1],
+            Action::HeaderValueMatch { expect_match: false, headers, .. } if headers.len() == 2
+        ));
+    }
+
+    #[test]
+    fn without_trusted_proxies_the_peer_is_the_client() {
+        let s = parse("domains: {web: [{actions: [{remote_address: {}}]}]}").unwrap();
+        assert!(matches!(s.client, KeyBy::PeerIp { v6_prefix: 64 }));
+    }
+
+    #[test]
+    fn errors_name_the_line_and_what_is_wrong() {
+        let e = error("domains:\n  web:\n    - actions:\n        - generic_key: {}\n");
+        assert!(
+            e.starts_with("fa.yaml:4:") && e.contains("descriptor_value"),
+            "{e}"
+        );
+        let e = error("client_address:\n  trusted_proxies: [10.0.0.0/33]\ndomains: {}\n");
+        assert!(
+            e.starts_with("fa.yaml:2:") && e.contains("10.0.0.0/33"),
+            "{e}"
+        );
+        let e = error(
+            "client_address:\n  header: x-client\n  trusted_proxies: [\"::1\"]\ndomains: {}\n",
+        );
+        assert!(e.starts_with("fa.yaml:2:") && e.contains("x-client"), "{e}");
+        let e = error("domains:\n  web:\n    - actions:\n        - remote_address: {}\n          generic_key: {descriptor_value: a}\n");
+        assert!(e.contains("exactly one"), "{e}");
+        let e = error("domains:\n  web:\n    - actions:\n        - request_headers: {header_name: \"bad name\", descriptor_key: k}\n");
+        assert!(
+            e.starts_with("fa.yaml:4:") && e.contains("not a header name"),
+            "{e}"
+        );
+        let e = error("domains:\n  web:\n    - actions:\n        - header_value_match:\n            descriptor_value: v\n            headers: [{name: a, exact_match: x, prefix_match: y}]\n");
+        assert!(
+            e.starts_with("fa.yaml:6:") && e.contains("exactly one of"),
+            "{e}"
+        );
+        let e = error("domains:\n  web:\n    - actions: []\n");
+        assert!(e.contains("non-empty"), "{e}");
+        let too_many = format!(
+            "domains:\n  web:\n    - actions: [{}]\n",
+            vec!["{remote_address: {}}"; MAX_ENTRIES + 1].join(", ")
+        );
+        assert!(error(&too_many).contains("at most 16 actions"));
+        assert!(error("domain: web\n").contains("unknown field `domain`"));
+        assert!(error("client_address: {}\n").contains("missing field `domains`"));
+        assert!(error("[1, 2]").contains("fa.yaml"));
     }
 }

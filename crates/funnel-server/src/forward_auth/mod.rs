@@ -12,7 +12,7 @@
 //!
 //! The method, URI and host of the original request come from the headers the proxy writes
 //! (`X-Forwarded-Method`, `X-Forwarded-Uri`, `X-Forwarded-Host` by default); the client's
-//! address from the peer, or from `X-Forwarded-For`/`Forwarded` when the peer is a trusted
+//! address from the peer, or from `X-Forwarded-For`, `Forwarded` or `X-Real-IP` when the peer is a trusted
 //! proxy, walked exactly as funnel-tower's [`funnel_tower::KeyBy::ClientIp`] walks it.
 
 pub mod actions;
@@ -100,6 +100,15 @@ fn original<'a>(settings: &Settings, req: &'a Request) -> actions::Original<'a> 
     // layer does: only the headers and the peer are copied.
     let mut head = axum::http::Request::new(());
     *head.headers_mut() = headers.clone();
+    if settings.real_ip {
+        // X-Real-IP is one hop: walked as an X-Forwarded-For holding only it.
+        const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
+        let forwarded = head.headers_mut();
+        forwarded.remove(XFF);
+        for v in headers.get_all("x-real-ip") {
+            forwarded.append(XFF, v.clone());
+        }
+    }
     if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
         head.extensions_mut().insert(PeerAddr(*peer));
     }

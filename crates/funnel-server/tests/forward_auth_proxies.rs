@@ -338,14 +338,17 @@ fn get(from: &str, to: SocketAddr, path: &str, extra: &[(&str, &str)]) -> Reply 
 
 /// funnel-server with the repository's rules and forward-auth file.
 fn funnel(dir: &Path) -> Server {
+    funnel_with(dir, &[])
+}
+
+/// As [`funnel`], with `extra` arguments.
+fn funnel_with(dir: &Path, extra: &[&str]) -> Server {
     let rules = dir.join("rules");
     std::fs::create_dir_all(&rules).unwrap();
     std::fs::copy(deploy("rules/web.yaml"), rules.join("web.yaml")).unwrap();
     let fa = deploy("forward-auth.yaml");
-    Server::start(
-        &rules,
-        &["--no-watch", "--forward-auth", fa.to_str().unwrap()],
-    )
+    let args = ["--no-watch", "--forward-auth", fa.to_str().unwrap()];
+    Server::start(&rules, &[&args[..], extra].concat())
 }
 
 /// The proxy binaries, or `None` after the skip notice.
@@ -439,9 +442,8 @@ fn caddy_admits_exactly_the_limit_per_client_and_ignores_forged_headers() {
 
 #[test]
 fn two_nginx_and_a_caddy_share_one_limit() {
-    let (Some(ngx), Some(cad)) = (nginx(), caddy()) else {
-        return;
-    };
+    let Some(ngx) = nginx() else { return };
+    let Some(cad) = caddy() else { return };
     let dir = scratch("fa-shared");
     let server = funnel(&dir);
     let upstream = Upstream::start();
@@ -466,9 +468,8 @@ fn two_nginx_and_a_caddy_share_one_limit() {
 
 #[test]
 fn with_funnel_server_down_nginx_and_caddy_fail_closed() {
-    let (Some(ngx), Some(cad)) = (nginx(), caddy()) else {
-        return;
-    };
+    let Some(ngx) = nginx() else { return };
+    let Some(cad) = caddy() else { return };
     let dir = scratch("fa-down");
     let mut server = funnel(&dir);
     let upstream = Upstream::start();
@@ -493,9 +494,8 @@ fn with_funnel_server_down_nginx_and_caddy_fail_closed() {
 /// into a 500, Caddy would pass it on).
 #[test]
 fn hostile_requests_through_the_proxies_get_no_5xx() {
-    let (Some(ngx), Some(cad)) = (nginx(), caddy()) else {
-        return;
-    };
+    let Some(ngx) = nginx() else { return };
+    let Some(cad) = caddy() else { return };
     let dir = scratch("fa-hostile");
     let server = funnel(&dir);
     let upstream = Upstream::start();
@@ -547,9 +547,8 @@ fn hostile_requests_through_the_proxies_get_no_5xx() {
 
 #[test]
 fn with_the_fail_open_lines_uncommented_nginx_and_caddy_fail_open() {
-    let (Some(ngx), Some(cad)) = (nginx(), caddy()) else {
-        return;
-    };
+    let Some(ngx) = nginx() else { return };
+    let Some(cad) = caddy() else { return };
     let dir = scratch("fa-open");
     let mut server = funnel(&dir);
     let upstream = Upstream::start();
@@ -574,4 +573,39 @@ fn with_the_fail_open_lines_uncommented_nginx_and_caddy_fail_open() {
     let r = get("127.0.0.6", c.addr, "/", &[]);
     assert_eq!((r.status, r.body.as_str()), (200, "ok\n"), "{r:?}");
     assert_eq!(upstream.served.load(Ordering::Relaxed), before + 2);
+}
+
+/// The fleet mode through the endpoint: two funnel-servers sharing one Redis, each behind its
+/// own nginx, admit one client's limit once between them.
+#[test]
+fn two_funnel_servers_on_one_redis_behind_two_nginx_share_the_limit() {
+    let Some(ngx) = nginx() else { return };
+    let Some(redis) = funnel_testkit::redis_server::server() else {
+        return;
+    };
+    let dir = scratch("fa-fleet");
+    let url = redis.url();
+    // A generous timeout: on a loaded machine a slow reply must not become a policy answer.
+    let fleet = ["--redis", &url, "--redis-timeout-ms", "5000"];
+    let (da, db) = (dir.join("a"), dir.join("b"));
+    let servers = [funnel_with(&da, &fleet), funnel_with(&db, &fleet)];
+    let upstream = Upstream::start();
+    let proxies: Vec<Proxy> = servers
+        .iter()
+        .zip([&da, &db])
+        .map(|(s, d)| {
+            let nd = d.join("nginx");
+            std::fs::create_dir_all(&nd).unwrap();
+            Proxy::nginx(&ngx, &nd, s.http, upstream.addr)
+        })
+        .collect();
+    let statuses: Vec<u16> = (0..LIMIT + 3)
+        .map(|i| get("127.0.0.7", proxies[i % 2].addr, "/", &[]).status)
+        .collect();
+    let mut want = vec![200; LIMIT];
+    want.extend([429; 3]);
+    assert_eq!(statuses, want);
+    for s in &servers {
+        assert!(s.metric("funnel_server_redis_round_trips_total") > 0);
+    }
 }

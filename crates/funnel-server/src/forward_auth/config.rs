@@ -451,7 +451,7 @@ mod tests {
     }
 
     fn error(text: &str) -> String {
-        parse(text).err().expect("refused").to_string()
+        parse(text).expect_err("refused").to_string()
     }
 
     #[test]

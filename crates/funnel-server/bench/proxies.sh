@@ -135,7 +135,7 @@ done
 median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 col() { awk -F'\t' -v n="$1" -v c="$2" '$1==n {print $c}' "$work/results" | median; }
 printf '\n`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/funnel-server/bench/proxies.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
-printf 'wrk -t%s -c%s -d%ss, one client address, medians over %s rounds; nginx %s (1 worker), %s; %s; %s CPUs shared by wrk, the proxy, funnel-server and the upstream; %s\n\n' \
+printf 'wrk -t%s -c%s -d%ss, one client address, medians over %s rounds; nginx %s (1 worker), Caddy %s; %s; %s CPUs shared by wrk, the proxy, funnel-server and the upstream; %s\n\n' \
   "$THREADS" "$CONNS" "$DUR" "$ROUNDS" "$(nginx -v 2>&1 | sed 's/.*nginx\///')" "$(caddy version | cut -d' ' -f1)" \
   "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown CPU)" "$(nproc)" "$(date -u +%Y-%m-%d)"
 printf '| row | requests/s | p50 (µs) | p99 (µs) | p50 added (µs) | p99 added (µs) |\n|---|--:|--:|--:|--:|--:|\n'

@@ -258,6 +258,16 @@ impl Decider {
 
     /// Decides one request.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Invalid> {
+        self.decide_with_headers(req, self.response_headers).await
+    }
+
+    /// As [`decide`](Self::decide), writing the `RateLimit-Policy`/`RateLimit` fields when
+    /// `headers` whatever `--response-headers` says (the forward-auth endpoint always does).
+    pub async fn decide_with_headers(
+        &self,
+        req: &RateLimitRequest,
+        headers: bool,
+    ) -> Result<RateLimitResponse, Invalid> {
         if let Err(e) = validate(req) {
             self.stats.invalid_requests.fetch_add(1, Ordering::Relaxed);
             return Err(e);
@@ -272,7 +282,7 @@ impl Decider {
         } else {
             self.charge(&plans, &quota, now).await
         };
-        Ok(self.respond(req, &plans, &quota, &outcomes, now))
+        Ok(self.respond(req, &plans, &quota, &outcomes, now, headers))
     }
 
     /// Which descriptors are in quota mode: every one but `unlimited` under `--quota-mode`
@@ -586,6 +596,7 @@ impl Decider {
         quota: &[bool],
         outcomes: &[Option<Outcome>],
         now: Timestamp,
+        headers: bool,
     ) -> RateLimitResponse {
         let mut statuses = Vec::with_capacity(plans.len());
         let mut closest_ietf: Option<(&Shown, &Outcome)> = None;
@@ -642,7 +653,7 @@ impl Decider {
         }
         let over_all = over_the_limit(plans, quota, &statuses);
         let mut response_headers_to_add = Vec::new();
-        if self.response_headers {
+        if headers {
             if let Some((s, o)) = closest_ietf {
                 response_headers_to_add.extend(ietf_headers(s, o));
             }

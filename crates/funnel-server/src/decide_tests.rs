@@ -100,7 +100,7 @@ async fn decide(decider: &Decider, rules: &[&Arc<Rule>]) -> RateLimitResponse {
     } else {
         decider.charge(&plans, &quota, now).await
     };
-    decider.respond(&req, &plans, &quota, &outcomes, now)
+    decider.respond(&req, &plans, &quota, &outcomes, now, false)
 }
 
 fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {

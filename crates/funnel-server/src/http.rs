@@ -1,15 +1,16 @@
 //! The HTTP side: `GET /healthcheck`, `GET /metrics` (Prometheus text), and `POST /json`, the
 //! same decision as gRPC with the request and response in proto3 JSON (200 when allowed, 429
-//! when over the limit, 400 for a request refused as invalid).
+//! when over the limit, 400 for a request refused as invalid), and `/forward-auth/<domain>`
+//! for nginx, Caddy and Traefik ([`crate::forward_auth`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::decide::Decider;
@@ -24,6 +25,8 @@ pub struct Http {
     pub decider: Arc<Decider>,
     /// Set on SIGTERM: the health check fails so that load balancers stop sending.
     pub draining: Arc<AtomicBool>,
+    /// The forward-auth file (`--forward-auth`), if given.
+    pub forward_auth: Option<Arc<crate::forward_auth::Settings>>,
 }
 
 /// The router.
@@ -32,6 +35,7 @@ pub fn router(state: Http) -> Router {
         .route("/healthcheck", get(health))
         .route("/metrics", get(metrics))
         .route("/json", post(json))
+        .route("/forward-auth/{domain}", any(forward_auth))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(state)
 }
@@ -49,6 +53,10 @@ async fn metrics(State(s): State<Http>) -> Response {
     let rules = s.decider.rules.load();
     let body = crate::metrics::render(&s.decider.stats, &rules);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn forward_auth(State(s): State<Http>, Path(domain): Path<String>, req: Request) -> Response {
+    crate::forward_auth::answer(&s.decider, s.forward_auth.as_deref(), &domain, req).await
 }
 
 async fn json(State(s): State<Http>, body: Bytes) -> Response {

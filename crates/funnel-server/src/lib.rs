@@ -21,6 +21,7 @@ pub mod config;
 pub mod decide;
 pub mod dynamic_metadata;
 pub mod fleet;
+pub mod forward_auth;
 pub mod fuzz;
 pub mod grpc;
 pub mod http;

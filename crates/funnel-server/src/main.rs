@@ -94,6 +94,10 @@ struct Args {
     /// rate more than exact. Not worth it beside a gRPC round trip unless measured.
     #[arg(long, value_name = "INTERVAL", value_parser = parse_interval)]
     recent_clock: Option<std::time::Duration>,
+    /// Serve /forward-auth/<domain> on the HTTP port with this file's actions (nginx, Caddy,
+    /// Traefik).
+    #[arg(long, value_name = "FILE")]
+    forward_auth: Option<PathBuf>,
 }
 
 /// `<n>us` or `<n>ms`, as the example proxy of funnel-tower reads `--recent-clock`.
@@ -162,6 +166,7 @@ fn main() -> ExitCode {
         watch: !args.no_watch,
         merge_domain_config: args.merge_domain_config,
         recent_clock: args.recent_clock,
+        forward_auth: args.forward_auth,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

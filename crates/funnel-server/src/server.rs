@@ -44,11 +44,19 @@ pub struct Options {
     /// Decide on funnel's recent clock refreshed at this interval instead of reading the
     /// monotonic clock per decision (`--recent-clock`).
     pub recent_clock: Option<std::time::Duration>,
+    /// The forward-auth file (`--forward-auth`): the endpoint's actions per domain.
+    pub forward_auth: Option<PathBuf>,
 }
 
 /// Runs until SIGTERM or SIGINT; errors only when it cannot start.
 pub async fn run(opts: Options) -> Result<(), String> {
     let config = Config::load(&opts.config, opts.merge_domain_config).map_err(|e| e.to_string())?;
+    let forward_auth = match &opts.forward_auth {
+        Some(p) => Some(Arc::new(
+            crate::forward_auth::Settings::load(p).map_err(|e| e.to_string())?,
+        )),
+        None => None,
+    };
     let clock = match opts.recent_clock {
         None => UnixClock::new(),
         Some(interval) => {
@@ -111,10 +119,14 @@ pub async fn run(opts: Options) -> Result<(), String> {
         let state = crate::http::Http {
             decider: decider.clone(),
             draining: draining.clone(),
+            forward_auth: forward_auth.clone(),
         };
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
-            axum::serve(listener, crate::http::router(state))
+            // The peer's address: the forward-auth endpoint keys on it.
+            let app =
+                crate::http::router(state).into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })

@@ -237,6 +237,47 @@ impl KeyBy {
     }
 }
 
+impl KeyBy {
+    /// The address this key stands for, as the IP variants read it: the peer
+    /// ([`KeyBy::PeerIp`]) or the client behind the trusted proxies ([`KeyBy::ClientIp`],
+    /// [`KeyBy::ClientIpForwarded`], with their walk and fallbacks), IPv4-mapped IPv6 as IPv4,
+    /// IPv6 masked to `v6_prefix` bits. `None` for the other variants and without a peer
+    /// address. For a service that keys requests on behalf of a proxy (funnel-server's
+    /// forward-auth endpoint) with the rules this layer applies.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel_tower::{KeyBy, Net, PeerAddr};
+    ///
+    /// let by = KeyBy::ClientIp { trusted: vec![Net::parse("10.0.0.0/8").unwrap()], v6_prefix: 64 };
+    /// let mut req = http::Request::builder()
+    ///     .header("x-forwarded-for", "198.51.100.7, 2001:db8:1:2:3:4:5:6")
+    ///     .body(())
+    ///     .unwrap();
+    /// req.extensions_mut().insert(PeerAddr("10.0.0.2:4711".parse().unwrap()));
+    /// let (parts, ()) = req.into_parts();
+    /// assert_eq!(by.address(&parts), Some("2001:db8:1:2::".parse().unwrap()));
+    /// ```
+    pub fn address(&self, parts: &Parts) -> Option<IpAddr> {
+        let (ip, v6_prefix) = match self {
+            KeyBy::PeerIp { v6_prefix } => (peer(parts)?, *v6_prefix),
+            KeyBy::ClientIp { trusted, v6_prefix } => (
+                client_ip(parts, trusted, Header::XForwardedFor)?,
+                *v6_prefix,
+            ),
+            KeyBy::ClientIpForwarded { trusted, v6_prefix } => {
+                (client_ip(parts, trusted, Header::Forwarded)?, *v6_prefix)
+            }
+            _ => return None,
+        };
+        Some(match ip {
+            IpAddr::V6(v6) => IpAddr::V6(mask_v6(v6, v6_prefix)),
+            v4 => v4,
+        })
+    }
+}
+
 /// The route of a request: axum's matched route template when the `axum` feature is on and
 /// the router put one on the request, else the raw path.
 fn route(parts: &Parts) -> &str {

@@ -85,6 +85,9 @@ pub enum ConfigErrorKind {
     ShareThresholdWithoutWildcard(String),
     /// Descriptors nested deeper than [`super::MAX_DEPTH`].
     TooDeep,
+    /// A forward-auth settings file (`--forward-auth`) that cannot be read as one: what is
+    /// wrong, in words.
+    ForwardAuth(String),
 }
 
 impl fmt::Display for ConfigErrorKind {
@@ -152,6 +155,7 @@ impl fmt::Display for ConfigErrorKind {
                 "`share_threshold` needs a wildcard (`*`) in the value, but the descriptor is {k:?}"
             ),
             TooDeep => write!(f, "descriptors nest deeper than {MAX_DEPTH} levels"),
+            ForwardAuth(message) => f.write_str(message),
         }
     }
 }

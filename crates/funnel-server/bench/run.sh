@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # funnel-server under load, as the README's "Under load" section reports it:
 #
+# The load generator is the lab's `funnel-loadgen` example (crates/lab/examples/funnel-loadgen).
+#
 #   1. in process: `funnel-loadgen floor` (the same gRPC API answering OK without deciding)
 #      against funnel-server with bench.yaml (`client`, 100 a second); 100,000 calls, 64 in
 #      flight over 4 connections, 10,000 keys;
@@ -31,7 +33,9 @@ command -v redis-server >/dev/null 2>&1 || fail "redis-server is required (apt-g
 command -v redis-cli >/dev/null 2>&1 || fail "redis-cli is required (apt-get install redis-server)"
 
 cargo build --release -q -p funnel-server --bins
+cargo build --release -q -p funnel-lab --example funnel-loadgen
 bin="${CARGO_TARGET_DIR:-target}/release"
+loadgen="$bin/examples/funnel-loadgen"
 rm -rf "$OUT"; mkdir -p "$OUT"
 redis_dir=$(mktemp -d "${TMPDIR:-/tmp}/funnel-server-bench-redis.XXXXXX")
 pids=()
@@ -89,7 +93,7 @@ start_redis() {
 load() {
   local label=$1; shift
   local result
-  result=$(timeout "$RUN_TIMEOUT" "$bin/funnel-loadgen" run "$@" 2>&1) ||
+  result=$(timeout "$RUN_TIMEOUT" "$loadgen" run "$@" 2>&1) ||
     fail "$label: funnel-loadgen failed or timed out: $result"
   echo "$label $(echo "$result" | tr '\n' ' ')" | tee -a "$OUT/rows.txt"
 }
@@ -104,7 +108,7 @@ median() {
 echo "server-bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo))"
 
 # 1. In process against the floor.
-start floor "$bin/funnel-loadgen" floor --grpc 127.0.0.1:0; floor=$grpc
+start floor "$loadgen" floor --grpc 127.0.0.1:0; floor=$grpc
 start inproc "$bin/funnel-server" --config "$here/bench.yaml" --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch
 inproc=$grpc
 common=(--requests 100000 --concurrency 64 --connections 4 --keys 10000)

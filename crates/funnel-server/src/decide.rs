@@ -20,13 +20,13 @@ use funnel::{check_all, Charge, Clock, Decision, Quota, Timestamp};
 
 use crate::config::Unit;
 use crate::limits::*;
-use crate::metrics::{Hit, ServerStats};
 use crate::proto::rate_limit_descriptor::Entry as ProtoEntry;
 use crate::proto::rate_limit_response::{
     rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit as ProtoLimit,
 };
 use crate::proto::{HeaderValue, RateLimitRequest, RateLimitResponse};
 use crate::rules::{Kind, Registry, Rule, Rules};
+use crate::stats::{Hit, ServerStats};
 use crate::store::{gcra_quota, until_reset, Entry, Table};
 
 /// A request refused before any decision, with the reason (answered `INVALID_ARGUMENT`).
@@ -42,13 +42,13 @@ impl std::fmt::Display for Invalid {
 /// The service's state: the live rules, what outlives them, the counters.
 pub struct Decider {
     /// The configuration in force, swapped whole on reload.
-    pub rules: ArcSwap<Rules>,
+    rules: ArcSwap<Rules>,
     /// Tables and counters kept across reloads.
-    pub registry: Registry,
+    registry: Registry,
     /// Server-wide counters.
-    pub stats: ServerStats,
+    stats: ServerStats,
     /// Write the IETF `RateLimit-Policy` / `RateLimit` fields into `response_headers_to_add`.
-    pub response_headers: bool,
+    response_headers: bool,
 }
 
 /// Checks a request against the documented bounds.
@@ -208,6 +208,26 @@ impl Decider {
             stats: ServerStats::default(),
             response_headers,
         }
+    }
+
+    /// The configuration in force.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
+    }
+
+    /// Puts `rules` in force: requests already deciding finish on the rules they loaded.
+    pub fn set_rules(&self, rules: Rules) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// Tables and counters kept across reloads.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Server-wide counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
     }
 
     /// Decides one request.

@@ -23,14 +23,14 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Loads `path` again and swaps it in; on failure the configuration in force stays.
 pub async fn reload(decider: &Decider, path: &Path) -> Result<(), String> {
     let result = match Config::load(path) {
-        Ok(config) => decider.registry.compile(&config).await,
+        Ok(config) => decider.registry().compile(&config).await,
         Err(e) => Err(e.to_string()),
     };
     match result {
         Ok(rules) => {
-            decider.rules.store(Arc::new(rules));
+            decider.set_rules(rules);
             decider
-                .stats
+                .stats()
                 .config_load_success
                 .fetch_add(1, Ordering::Relaxed);
             tracing::info!(path = %path.display(), "configuration reloaded");
@@ -38,7 +38,7 @@ pub async fn reload(decider: &Decider, path: &Path) -> Result<(), String> {
         }
         Err(e) => {
             decider
-                .stats
+                .stats()
                 .config_load_error
                 .fetch_add(1, Ordering::Relaxed);
             tracing::error!(error = %e, "configuration rejected; the previous one stays in force");

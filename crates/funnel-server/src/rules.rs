@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::clock::UnixClock;
 use crate::config::{Algorithm, Config, Descriptor, RateLimit, Unit};
-use crate::metrics::RuleStats;
+use crate::stats::RuleStats;
 use crate::store::Table;
 
 /// How a matched rule decides.
@@ -115,11 +115,25 @@ pub struct Rules {
     pub domains: HashMap<String, DomainRules>,
 }
 
+/// What a Redis URL names (envoyproxy/ratelimit's `REDIS_TYPE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RedisType {
+    /// One server.
+    #[default]
+    Single,
+    /// A Redis Cluster, from comma-separated seed nodes.
+    Cluster,
+    /// A master found through sentinels: `master_name,host:port,host:port`.
+    Sentinel,
+}
+
 /// Where rules count in a fleet: the Redis URL and the limiter settings.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
     /// `redis://...`
     pub url: String,
+    /// What `url` names.
+    pub redis_type: RedisType,
     /// What to answer when Redis cannot.
     pub on_failure: funnel_redis::OnFailure,
     /// Keys kept in the local deny cache (0 = none).
@@ -171,16 +185,6 @@ impl Registry {
     /// The clock every table reads.
     pub fn clock(&self) -> &UnixClock {
         &self.clock
-    }
-
-    /// The Redis settings, in fleet mode.
-    pub fn redis(&self) -> Option<&RedisSettings> {
-        self.redis.as_ref()
-    }
-
-    /// The most keys a table holds.
-    pub fn max_keys(&self) -> usize {
-        self.max_keys
     }
 
     /// Compiles `config`, reusing the tables of rules that kept their identity and quota and
@@ -259,6 +263,12 @@ impl Registry {
                 self.clock.clone(),
             )?))),
             Some(r) => {
+                if r.redis_type != RedisType::Single {
+                    return Err(format!(
+                        "--redis-type {:?} is not available in this build (single only)",
+                        r.redis_type
+                    ));
+                }
                 if limit.algorithm != Algorithm::Gcra {
                     return Err(format!(
                         "algorithm {} is not available with --redis (gcra only)",

@@ -12,23 +12,26 @@ use std::time::Duration;
 
 use common::*;
 
-/// Two files in the config directory, as envoyproxy/ratelimit's example ships them: one
-/// holding two domains, one holding a nested rule.
+/// Files in the config directory, as envoyproxy/ratelimit's example lays them out: a domain
+/// per file, one with a nested rule.
 fn layout(root: &Path) {
     let config = root.join("ratelimit").join("config");
     std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.yaml"),
-        "---
-domain: db
+    for (name, yaml) in [
+        (
+            "config.yaml",
+            "domain: db
 descriptors:
   - key: database
     value: orders
     rate_limit:
       unit: second
       requests_per_unit: 3
----
-domain: edge
+",
+        ),
+        (
+            "edge.yaml",
+            "domain: edge
 descriptors:
   - key: region
     value: north
@@ -38,11 +41,10 @@ descriptors:
           unit: minute
           requests_per_unit: 1
 ",
-    )
-    .unwrap();
-    std::fs::write(
-        config.join("example.yaml"),
-        "domain: api
+        ),
+        (
+            "example.yaml",
+            "domain: api
 descriptors:
   - key: plan
     value: free
@@ -50,8 +52,10 @@ descriptors:
       unit: hour
       requests_per_unit: 2
 ",
-    )
-    .unwrap();
+        ),
+    ] {
+        std::fs::write(config.join(name), yaml).unwrap();
+    }
 }
 
 /// The binary with an empty environment but `vars` (PATH kept for nothing: the binary needs

@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn lines_are_packed_below_the_datagram_bound() {
-        let lines: Vec<String> = (0..100).map(|i| format!("stat.{i:03}:{i}|c")).collect();
+        let lines: Vec<String> = (0..300).map(|i| format!("stat.{i:03}:{i}|c")).collect();
         let packed = pack(&lines);
         assert!(packed.len() > 1);
         assert!(packed.iter().all(|d| d.len() <= MAX_DATAGRAM));

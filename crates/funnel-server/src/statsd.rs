@@ -70,6 +70,8 @@ pub(crate) fn spawn(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut sent = HashMap::new();
+        // Warned once per outage: a statsd server that is down is logged, not every flush.
+        let mut failing = false;
         let mut ticks = tokio::time::interval(settings.flush_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first tick is immediate: nothing has moved yet.
@@ -81,10 +83,16 @@ pub(crate) fn spawn(
             };
             let lines = increases(&decider, &settings.extra_tags, &mut sent);
             for datagram in pack(&lines) {
-                if let Err(e) = socket.send(datagram.as_bytes()).await {
+                match socket.send(datagram.as_bytes()).await {
+                    Ok(_) => failing = false,
                     // A statsd server that is down must not stop the service: log and go on.
-                    tracing::warn!(error = %e, "cannot send statistics to statsd");
-                    break;
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(error = %e, target = %settings.target, "cannot send statistics to statsd");
+                        }
+                        failing = true;
+                        break;
+                    }
                 }
             }
             if last {

@@ -76,8 +76,13 @@ struct Args {
     #[arg(long, default_value_t = 100_000)]
     deny_cache: usize,
     /// Milliseconds a decision waits for Redis before --on-redis-failure answers.
-    #[arg(long)]
-    redis_timeout_ms: Option<u64>,
+    ///
+    /// The default leaves room for a busy Redis or a loaded host: a shorter wait turns slow
+    /// but admissible calls into --on-redis-failure answers (denials under `closed`), which
+    /// costs more than the wait (BENCHMARKS.md has the sweep). Envoy's own timeout for the
+    /// rate-limit call may be shorter; Envoy then applies its failure mode first.
+    #[arg(long, default_value_t = 50)]
+    redis_timeout_ms: u64,
     /// The most keys one rule's table holds (the least indebted is evicted beyond).
     #[arg(long, default_value_t = 1 << 20)]
     max_keys: usize,
@@ -168,7 +173,7 @@ impl Args {
             redis_type,
             on_failure,
             deny_cache: self.deny_cache,
-            timeout: self.redis_timeout_ms.map(Duration::from_millis),
+            timeout: Some(Duration::from_millis(self.redis_timeout_ms)),
         });
         opts.max_keys = self.max_keys.max(1);
         opts.response_headers = self.response_headers;

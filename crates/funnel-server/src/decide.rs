@@ -29,13 +29,13 @@ use funnel::{check_all, Charge, Clock, Decision, Quota, Timestamp};
 use crate::answers::{closest, Answered, Answers};
 use crate::config::Unit;
 use crate::limits::*;
-use crate::metrics::{Hit, ServerStats};
 use crate::proto::rate_limit_descriptor::Entry as ProtoEntry;
 use crate::proto::rate_limit_response::{
     rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit as ProtoLimit,
 };
 use crate::proto::{HeaderValue, RateLimitRequest, RateLimitResponse};
 use crate::rules::{Kind, Match, Registry, Rule, Rules};
+use crate::stats::{Hit, ServerStats};
 use crate::store::{gcra_quota, until_reset, Entry, Table};
 
 /// A request refused before any decision, with the reason (answered `INVALID_ARGUMENT`).
@@ -51,15 +51,15 @@ impl std::fmt::Display for Invalid {
 /// The service's state: the live rules, what outlives them, the counters.
 pub struct Decider {
     /// The configuration in force, swapped whole on reload.
-    pub rules: ArcSwap<Rules>,
+    rules: ArcSwap<Rules>,
     /// Tables and counters kept across reloads.
-    pub registry: Registry,
+    registry: Registry,
     /// Server-wide counters.
-    pub stats: ServerStats,
+    stats: ServerStats,
     /// Write the IETF `RateLimit-Policy` / `RateLimit` fields into `response_headers_to_add`.
-    pub response_headers: bool,
+    response_headers: bool,
     /// The switches taken from envoyproxy/ratelimit.
-    pub answers: Answers,
+    answers: Answers,
 }
 
 /// Checks a request against the documented bounds.
@@ -146,13 +146,13 @@ fn shared_table_key(found: &Match<'_>, entries: &[ProtoEntry]) -> String {
     k
 }
 
-/// The matched values as envoyproxy/ratelimit's detailed metrics write them.
-fn detailed_value(entries: &[ProtoEntry]) -> String {
-    let parts: Vec<String> = entries
-        .iter()
-        .map(|e| format!("{}_{}", e.key, e.value))
-        .collect();
-    parts.join(".")
+/// The statistics' name of a match past its domain when the request's values enter it
+/// (`detailed_metric`, `value_to_metric`, a wildcard: [`Match::stat_key`]); `None` when it is
+/// the rule's own.
+fn detailed_value(found: &Match<'_>, rule: &Rule, entries: &[ProtoEntry]) -> Option<String> {
+    let name = found.stat_key(entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
+    let own = name.strip_prefix(rule.domain.as_str())?.strip_prefix('.')?;
+    (own != rule.stat_key).then(|| own.to_owned())
 }
 
 /// What one descriptor needs.
@@ -254,6 +254,26 @@ impl Decider {
     pub fn with_answers(mut self, answers: Answers) -> Decider {
         self.answers = answers;
         self
+    }
+
+    /// The configuration in force.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
+    }
+
+    /// Puts `rules` in force: requests already deciding finish on the rules they loaded.
+    pub fn set_rules(&self, rules: Rules) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// Tables and counters kept across reloads.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Server-wide counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
     }
 
     /// Decides one request.
@@ -397,7 +417,7 @@ impl Decider {
                 refund,
                 shadow: rule.shadow_mode,
                 quota: None,
-                value: rule.detailed_metric.then(|| detailed_value(&d.entries)),
+                value: detailed_value(found, rule, &d.entries),
             }));
         }
         Ok(plans)

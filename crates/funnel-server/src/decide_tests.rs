@@ -11,7 +11,7 @@ use prost_types::{Struct, Value};
 use super::*;
 use crate::clock::UnixClock;
 use crate::config::parse_domain;
-use crate::metrics::RuleStats;
+use crate::stats::RuleStats;
 use crate::proto::RateLimitDescriptor;
 
 /// A rule of `requests_per_unit` a minute (GCRA), in quota mode or not, with `metadata`.

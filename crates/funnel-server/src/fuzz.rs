@@ -1,5 +1,6 @@
-//! The fuzz bodies: cargo-fuzz targets in `fuzz/fuzz_targets/server_*.rs` call them, and
-//! `tests/fuzz_replay.rs` runs them on stable over the committed corpora.
+//! The fuzz bodies (feature `fuzzing`, not an API): cargo-fuzz targets in
+//! `fuzz/fuzz_targets/server_*.rs` call them, and `tests/fuzz_replay.rs` runs them on stable
+//! over the committed corpora.
 //!
 //! * [`config`]: any text as a configuration file: parsed without panicking; an accepted one
 //!   compiles, and every descriptor it holds has a line; a rejected one names a line within
@@ -20,7 +21,7 @@ use crate::proto::RateLimitRequest;
 use crate::rules::Registry;
 
 /// The configuration the request body decides against: every kind of rule.
-pub const FUZZ_CONFIG: &str = "domain: fuzz
+const FUZZ_CONFIG: &str = "domain: fuzz
 descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 3}

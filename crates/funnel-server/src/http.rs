@@ -1,4 +1,4 @@
-//! The HTTP side: `GET /healthcheck`, `GET /metrics` (Prometheus text), and `POST /json`, the
+//! The HTTP side: `GET /healthcheck`, `GET /metrics` (Prometheus' exposition), and `POST /json`, the
 //! same decision as gRPC with the request and response in proto3 JSON (200 when allowed, 429
 //! when over the limit, 400 for a request refused as invalid), and `/forward-auth/<domain>`
 //! for nginx, Caddy and Traefik ([`crate::forward_auth`]).
@@ -20,17 +20,17 @@ use crate::proto::rate_limit_response::Code;
 
 /// What the routes share.
 #[derive(Clone)]
-pub struct Http {
+pub(crate) struct Http {
     /// The decisions.
-    pub decider: Arc<Decider>,
+    pub(crate) decider: Arc<Decider>,
     /// Set on SIGTERM: the health check fails so that load balancers stop sending.
-    pub draining: Arc<AtomicBool>,
+    pub(crate) draining: Arc<AtomicBool>,
     /// The forward-auth file (`--forward-auth`), if given.
-    pub forward_auth: Option<Arc<crate::forward_auth::Settings>>,
+    pub(crate) forward_auth: Option<Arc<crate::forward_auth::Settings>>,
 }
 
 /// The router.
-pub fn router(state: Http) -> Router {
+pub(crate) fn router(state: Http) -> Router {
     Router::new()
         .route("/healthcheck", get(health))
         .route("/metrics", get(metrics))
@@ -50,9 +50,22 @@ async fn health(State(s): State<Http>) -> Response {
 }
 
 async fn metrics(State(s): State<Http>) -> Response {
-    let rules = s.decider.rules.load();
-    let body = crate::metrics::render(&s.decider.stats, &rules);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+    exposition(&s.decider)
+}
+
+fn exposition(decider: &Arc<Decider>) -> Response {
+    let body = crate::metrics::render(decider);
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()
+}
+
+/// The Prometheus listener of its own (`USE_PROMETHEUS`): the exposition at `path` alone.
+pub(crate) fn metrics_router(decider: Arc<Decider>, path: &str) -> Router {
+    Router::new()
+        .route(
+            path,
+            get(|State(d): State<Arc<Decider>>| async move { exposition(&d) }),
+        )
+        .with_state(decider)
 }
 
 async fn forward_auth(State(s): State<Http>, Path(domain): Path<String>, req: Request) -> Response {

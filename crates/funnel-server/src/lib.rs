@@ -4,32 +4,48 @@
 //! the service any Envoy-based gateway calls, reading envoyproxy/ratelimit's YAML, deciding
 //! with funnel's GCRA (or fixed/sliding windows), charging the descriptors of one request all
 //! or nothing, in process or shared by a fleet through Redis. The binary is `funnel-server`;
-//! the README has the Envoy side and the configuration.
+//! the README has the Envoy side, the configuration and the environment variables.
+//!
+//! The library is the binary's body: [`run`] with its [`Options`] serves until SIGTERM.
 //!
 //! ## Where a decision happens
 //!
-//! [`decide`]: a request is checked ([`limits`]), each descriptor matched to a rule
-//! ([`rules`]), the counted ones charged together ([`store`], [`funnel::check_all`]), and the
-//! response built. [`grpc`] and [`http`] are thin doors onto it; [`reload`] swaps the
-//! [`rules`] while requests flow; [`config`] reads the YAML. [`answers`] holds
-//! envoyproxy/ratelimit's answer switches (shadow and quota modes, limit headers, per-descriptor
-//! charging) and [`dynamic_metadata`] the response's metadata.
+//! `decide`: a request is checked (`limits`), each descriptor matched to a rule (`rules`),
+//! the counted ones charged together (`store`, [`funnel::check_all`]), and the response
+//! built. `grpc` and `http` are thin doors onto it; `reload` swaps the rules while requests
+//! flow; `config` reads the YAML; `stats` counts, and `metrics`, `statsd` and `debug` report.
+//! `answers` holds envoyproxy/ratelimit's answer switches (shadow and quota modes, limit
+//! headers, per-descriptor charging) and `dynamic_metadata` the response's metadata;
+//! `forward_auth` serves nginx, Caddy and Traefik.
 
-pub mod answers;
-pub mod clock;
-pub mod config;
-pub mod decide;
-pub mod dynamic_metadata;
-pub mod fleet;
-pub mod forward_auth;
+mod answers;
+mod clock;
+mod config;
+mod debug;
+mod decide;
+mod dynamic_metadata;
+mod error;
+mod fleet;
+mod forward_auth;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
 pub mod fuzz;
-pub mod grpc;
-pub mod http;
-pub mod json;
-pub mod limits;
-pub mod metrics;
-pub mod proto;
-pub mod reload;
-pub mod rules;
-pub mod server;
-pub mod store;
+mod grpc;
+mod http;
+mod json;
+mod limits;
+mod metrics;
+mod proto;
+mod reload;
+mod rules;
+mod server;
+mod stats;
+mod statsd;
+mod store;
+
+pub use answers::{Answers, LimitHeaders};
+pub use error::Error;
+pub use funnel_redis::OnFailure;
+pub use rules::{RedisSettings, RedisType};
+pub use server::{run, Options};
+pub use statsd::Statsd;

@@ -1,10 +1,11 @@
 //! The Envoy v3 messages and the `RateLimitService` server and client, generated at build time
 //! from `proto/` (see `build.rs`).
 
-#![allow(missing_docs, clippy::all, clippy::pedantic)]
+// Generated code: its own style, and more than the server uses (the client serves the tests).
+#![allow(missing_docs, dead_code, unused_imports, clippy::all, clippy::pedantic)]
 
 /// `envoy.*` packages, nested as the protobuf packages are.
-pub mod envoy {
+pub(crate) mod envoy {
     pub mod config {
         pub mod core {
             pub mod v3 {

@@ -25,7 +25,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 pub async fn reload(decider: &Decider, path: &Path, merge_domains: bool) -> Result<(), String> {
     let result = match Config::load(path, merge_domains) {
         Ok(config) => decider
-            .registry
+            .registry()
             .compile(&config)
             .await
             .map_err(|e| e.to_string()),
@@ -33,9 +33,9 @@ pub async fn reload(decider: &Decider, path: &Path, merge_domains: bool) -> Resu
     };
     match result {
         Ok(rules) => {
-            decider.rules.store(Arc::new(rules));
+            decider.set_rules(rules);
             decider
-                .stats
+                .stats()
                 .config_load_success
                 .fetch_add(1, Ordering::Relaxed);
             tracing::info!(path = %path.display(), "configuration reloaded");
@@ -43,7 +43,7 @@ pub async fn reload(decider: &Decider, path: &Path, merge_domains: bool) -> Resu
         }
         Err(e) => {
             decider
-                .stats
+                .stats()
                 .config_load_error
                 .fetch_add(1, Ordering::Relaxed);
             tracing::error!(error = %e, "configuration rejected; the previous one stays in force");

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use crate::clock::UnixClock;
 use crate::config::{Algorithm, Config, Descriptor, RateLimit, Unit};
 use crate::limits::MAX_ENTRIES;
-use crate::metrics::RuleStats;
+use crate::stats::RuleStats;
 use crate::store::Table;
 
 /// How a matched rule decides.
@@ -295,7 +295,9 @@ impl DomainRules {
         None
     }
 
-    /// The rule for a descriptor's entries, as `(key, value)` pairs.
+    /// The rule for a descriptor's entries, as `(key, value)` pairs (the tests' view of
+    /// [`lookup`](Self::lookup)).
+    #[cfg(test)]
     pub fn find<'a>(
         &self,
         entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
@@ -332,6 +334,8 @@ pub enum CompileErrorKind {
     Redis(funnel_redis::Error),
     /// A window algorithm in fleet mode, which counts with GCRA only.
     FleetNeedsGcra(Algorithm),
+    /// A kind of Redis deployment this build does not talk to.
+    RedisTypeUnavailable(RedisType),
 }
 
 impl fmt::Display for CompileError {
@@ -350,6 +354,9 @@ impl fmt::Display for CompileError {
                 "algorithm {} is not available with --redis (gcra only)",
                 a.name()
             ),
+            CompileErrorKind::RedisTypeUnavailable(t) => {
+                write!(f, "--redis-type {t:?} is not available in this build")
+            }
         }
     }
 }
@@ -370,11 +377,25 @@ pub struct Rules {
     pub domains: HashMap<String, DomainRules>,
 }
 
+/// What a Redis URL names (envoyproxy/ratelimit's `REDIS_TYPE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RedisType {
+    /// One server.
+    #[default]
+    Single,
+    /// A Redis Cluster, from comma-separated seed nodes.
+    Cluster,
+    /// A master found through sentinels: `master_name,host:port,host:port`.
+    Sentinel,
+}
+
 /// Where rules count in a fleet: the Redis URL and the limiter settings.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
     /// `redis://...`
     pub url: String,
+    /// What `url` names.
+    pub redis_type: RedisType,
     /// What to answer when Redis cannot.
     pub on_failure: funnel_redis::OnFailure,
     /// Keys kept in the local deny cache (0 = none).
@@ -426,16 +447,6 @@ impl Registry {
     /// The clock every table reads.
     pub fn clock(&self) -> &UnixClock {
         &self.clock
-    }
-
-    /// The Redis settings, in fleet mode.
-    pub fn redis(&self) -> Option<&RedisSettings> {
-        self.redis.as_ref()
-    }
-
-    /// The most keys a table holds.
-    pub fn max_keys(&self) -> usize {
-        self.max_keys
     }
 
     /// Compiles `config`, reusing the tables of rules that kept their identity and quota and
@@ -516,6 +527,9 @@ impl Registry {
                     .map_err(CompileErrorKind::Table)?,
             ))),
             Some(r) => {
+                if r.redis_type != RedisType::Single {
+                    return Err(CompileErrorKind::RedisTypeUnavailable(r.redis_type));
+                }
                 if limit.algorithm != Algorithm::Gcra {
                     return Err(CompileErrorKind::FleetNeedsGcra(limit.algorithm));
                 }

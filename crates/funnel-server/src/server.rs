@@ -1,32 +1,52 @@
-//! The server: configuration loaded, gRPC and HTTP bound, reload watched, and on SIGTERM or
-//! SIGINT the health checks turned to failing, in-flight calls drained, and a clean exit.
+//! The server: configuration loaded, gRPC and HTTP bound (and the debug and Prometheus
+//! listeners when asked), reload watched, statistics sent to statsd when asked, and on
+//! SIGTERM or SIGINT the health checks turned to failing, in-flight calls drained, and a clean
+//! exit.
+//!
+//! Every accepted connection gets `TCP_NODELAY`: a response written in more than one segment
+//! (gRPC's headers, message and trailers) would otherwise wait for the client's delayed
+//! acknowledgement before its last segment leaves, stalling the call by the client's
+//! delayed-ACK timer.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
+use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
 
 use crate::clock::UnixClock;
 use crate::config::Config;
 use crate::decide::Decider;
+use crate::error::Error;
 use crate::grpc::Service;
 use crate::limits::MAX_REQUEST_BYTES;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{RedisSettings, Registry};
+use crate::statsd::Statsd;
 
 /// How the server runs (the command line's options).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Options {
     /// A YAML file or a directory of them.
     pub config: PathBuf,
     /// The gRPC address.
     pub grpc: SocketAddr,
-    /// The HTTP address, if any.
+    /// The HTTP address (`/healthcheck`, `/metrics`, `POST /json`), if any.
     pub http: Option<SocketAddr>,
+    /// The debug address (`/rlconfig`, `/stats`), if any.
+    pub debug: Option<SocketAddr>,
+    /// A Prometheus listener of its own: its address and the path of the exposition.
+    pub prometheus: Option<(SocketAddr, String)>,
+    /// Statistics sent to statsd.
+    pub statsd: Option<Statsd>,
     /// Fleet mode.
     pub redis: Option<RedisSettings>,
     /// Keys per rule's table at most.
@@ -43,58 +63,97 @@ pub struct Options {
     pub merge_domain_config: bool,
     /// Decide on funnel's recent clock refreshed at this interval instead of reading the
     /// monotonic clock per decision (`--recent-clock`).
-    pub recent_clock: Option<std::time::Duration>,
+    pub recent_clock: Option<Duration>,
     /// The forward-auth file (`--forward-auth`): the endpoint's actions per domain.
     pub forward_auth: Option<PathBuf>,
 }
 
-/// Runs until SIGTERM or SIGINT; errors only when it cannot start.
-pub async fn run(opts: Options) -> Result<(), String> {
-    let config = Config::load(&opts.config, opts.merge_domain_config).map_err(|e| e.to_string())?;
+impl Options {
+    /// The options of a server reading `config`, with gRPC on `grpc` and nothing else: no
+    /// HTTP, no statistics sent, in process, no reload.
+    pub fn new(config: PathBuf, grpc: SocketAddr) -> Options {
+        Options {
+            config,
+            grpc,
+            http: None,
+            debug: None,
+            prometheus: None,
+            statsd: None,
+            redis: None,
+            max_keys: 1 << 20,
+            response_headers: false,
+            answers: crate::answers::Answers::default(),
+            watch: false,
+            merge_domain_config: false,
+            recent_clock: None,
+            forward_auth: None,
+        }
+    }
+}
+
+/// A task serving one listener until told to stop.
+type Listener = (&'static str, JoinHandle<Result<(), Error>>);
+
+/// Runs until SIGTERM or SIGINT (Ctrl-C where there are no signals).
+///
+/// # Errors
+///
+/// When it cannot start (the configuration, an address, the statsd server), or when a
+/// listener fails while serving.
+pub async fn run(opts: Options) -> Result<(), Error> {
+    let config = Config::load(&opts.config, opts.merge_domain_config).map_err(Error::Config)?;
     let forward_auth = match &opts.forward_auth {
         Some(p) => Some(Arc::new(
-            crate::forward_auth::Settings::load(p).map_err(|e| e.to_string())?,
+            crate::forward_auth::Settings::load(p).map_err(Error::ForwardAuth)?,
         )),
         None => None,
     };
     let clock = match opts.recent_clock {
         None => UnixClock::new(),
         Some(interval) => {
-            UnixClock::recent(interval).map_err(|e| format!("--recent-clock {interval:?}: {e}"))?
+            UnixClock::recent(interval).map_err(|source| Error::Clock { interval, source })?
         }
     };
     let registry = Registry::new(clock, opts.max_keys, opts.redis.clone());
-    let rules = registry.compile(&config).await.map_err(|e| e.to_string())?;
+    let rules = registry.compile(&config).await.map_err(Error::Rules)?;
     let decider = Arc::new(
         Decider::new(rules, registry, opts.response_headers).with_answers(opts.answers.clone()),
     );
     decider
-        .stats
+        .stats()
         .config_load_success
         .fetch_add(1, Ordering::Relaxed);
     let _watcher = if opts.watch {
-        Some(crate::reload::watch(
-            decider.clone(),
-            opts.config.clone(),
-            opts.merge_domain_config,
-        )?)
+        Some(
+            crate::reload::watch(
+                decider.clone(),
+                opts.config.clone(),
+                opts.merge_domain_config,
+            )
+            .map_err(Error::Watch)?,
+        )
     } else {
         None
     };
-
-    let grpc = TcpListener::bind(opts.grpc)
-        .await
-        .map_err(|e| format!("cannot bind gRPC to {}: {e}", opts.grpc))?;
-    let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
-    let http = match opts.http {
-        Some(a) => Some(
-            TcpListener::bind(a)
-                .await
-                .map_err(|e| format!("cannot bind HTTP to {a}: {e}"))?,
-        ),
+    let statsd = match &opts.statsd {
+        Some(s) => {
+            Some(
+                crate::statsd::connect(&s.target)
+                    .await
+                    .map_err(|source| Error::Statsd {
+                        target: s.target.clone(),
+                        source,
+                    })?,
+            )
+        }
         None => None,
     };
-    let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
+
+    let grpc = bind("gRPC", opts.grpc).await?;
+    let grpc_addr = local_addr("gRPC", &grpc)?;
+    let http = bind_some("HTTP", opts.http).await?;
+    let debug = bind_some("debug", opts.debug).await?;
+    let prometheus = bind_some("Prometheus", opts.prometheus.as_ref().map(|p| p.0)).await?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let draining = Arc::new(AtomicBool::new(false));
@@ -106,40 +165,73 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let service = RateLimitServiceServer::new(Service::new(decider.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES);
     let mut stop = stop_rx.clone();
+    // tonic's own `tcp_nodelay` applies only to listeners it binds; this one is ours.
+    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
     let grpc_task = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
+            .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
             .await
+            .map_err(|e| Error::Serve {
+                listener: "gRPC",
+                source: Box::new(e),
+            })
     });
-    let http_task = http.map(|listener| {
+    let mut listeners: Vec<Listener> = vec![("gRPC", grpc_task)];
+    let mut line = format!("funnel-server listening grpc={grpc_addr}");
+    if let Some(listener) = http {
+        line.push_str(&format!(" http={}", local_addr("HTTP", &listener)?));
         let state = crate::http::Http {
             decider: decider.clone(),
             draining: draining.clone(),
             forward_auth: forward_auth.clone(),
         };
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            // The peer's address: the forward-auth endpoint keys on it.
-            let app =
-                crate::http::router(state).into_make_service_with_connect_info::<SocketAddr>();
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        })
-    });
+        listeners.push(serve_http(
+            "HTTP",
+            listener,
+            crate::http::router(state),
+            &stop_rx,
+        ));
+    } else {
+        line.push_str(" http=-");
+    }
+    if let Some(listener) = debug {
+        line.push_str(&format!(" debug={}", local_addr("debug", &listener)?));
+        listeners.push(serve_http(
+            "debug",
+            listener,
+            crate::debug::router(decider.clone()),
+            &stop_rx,
+        ));
+    }
+    if let (Some(listener), Some((_, path))) = (prometheus, &opts.prometheus) {
+        line.push_str(&format!(
+            " prometheus={}",
+            local_addr("Prometheus", &listener)?
+        ));
+        listeners.push(serve_http(
+            "Prometheus",
+            listener,
+            crate::http::metrics_router(decider.clone(), path),
+            &stop_rx,
+        ));
+    }
+    let statsd_task = match (statsd, &opts.statsd) {
+        (Some(socket), Some(settings)) => Some(crate::statsd::spawn(
+            socket,
+            settings.clone(),
+            decider.clone(),
+            stop_rx.clone(),
+        )),
+        _ => None,
+    };
 
     // The line tests and scripts wait for: the addresses actually bound.
-    println!(
-        "funnel-server listening grpc={grpc_addr} http={}",
-        http_addr.map_or_else(|| "-".to_owned(), |a| a.to_string())
-    );
-    tracing::info!(%grpc_addr, ?http_addr, domains = config.domains.len(), "serving");
+    println!("{line}");
+    tracing::info!(%grpc_addr, domains = config.domains.len(), "serving");
 
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight calls");
@@ -149,22 +241,82 @@ pub async fn run(opts: Options) -> Result<(), String> {
         .set_not_serving::<RateLimitServiceServer<Service>>()
         .await;
     let _ = stop_tx.send(true);
-    match grpc_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(format!("gRPC server: {e}")),
-        Err(e) => return Err(format!("gRPC server task: {e}")),
-    }
-    if let Some(t) = http_task {
-        match t.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("HTTP server: {e}")),
-            Err(e) => return Err(format!("HTTP server task: {e}")),
+    for (listener, task) in listeners {
+        match task.await {
+            Ok(result) => result?,
+            Err(e) => {
+                return Err(Error::Serve {
+                    listener,
+                    source: Box::new(e),
+                })
+            }
         }
+    }
+    if let Some(task) = statsd_task {
+        // The last flush: what moved since the previous one.
+        let _ = task.await;
     }
     tracing::info!("stopped");
     Ok(())
 }
 
+async fn bind(listener: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr).await.map_err(|source| Error::Bind {
+        listener,
+        addr,
+        source,
+    })
+}
+
+async fn bind_some(
+    listener: &'static str,
+    addr: Option<SocketAddr>,
+) -> Result<Option<TcpListener>, Error> {
+    match addr {
+        Some(a) => bind(listener, a).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+fn local_addr(listener: &'static str, l: &TcpListener) -> Result<SocketAddr, Error> {
+    // The address was bound a moment ago; reading it back fails only if the socket did.
+    l.local_addr().map_err(|source| Error::Serve {
+        listener,
+        source: Box::new(source),
+    })
+}
+
+/// Serves `router` on `listener` with `TCP_NODELAY` on every connection, until `stop`.
+fn serve_http(
+    name: &'static str,
+    listener: TcpListener,
+    router: Router,
+    stop: &watch::Receiver<bool>,
+) -> Listener {
+    let mut stop = stop.clone();
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+        }
+    });
+    let task = tokio::spawn(async move {
+        // With the peer's address: the forward-auth endpoint keys on it.
+        let app = router.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+            .map_err(|e| Error::Serve {
+                listener: name,
+                source: Box::new(e),
+            })
+    });
+    (name, task)
+}
+
+/// SIGTERM (what Kubernetes sends) or SIGINT.
+#[cfg(unix)]
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match (
@@ -181,4 +333,10 @@ async fn shutdown_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// Ctrl-C (or the console's close) where there are no Unix signals.
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
 }

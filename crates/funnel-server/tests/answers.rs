@@ -43,7 +43,7 @@ fn start(extra: &[&str]) -> Server {
     Server::start(&path, &args)
 }
 
-fn headers(r: &funnel_server::proto::RateLimitResponse) -> Vec<(String, String)> {
+fn headers(r: &proto::RateLimitResponse) -> Vec<(String, String)> {
     r.response_headers_to_add
         .iter()
         .map(|h| (h.key.clone(), h.value.clone()))

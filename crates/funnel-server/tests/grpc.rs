@@ -180,15 +180,15 @@ async fn shadow_mode_answers_ok_and_counts() {
     let d = desc(&[("trial", "t1")]);
     assert_eq!(admitted(&mut c, "shop", &d, 4).await, 4);
     assert_eq!(
-        s.metric(r#"ratelimit_service_rate_limit_shadow_mode{domain="shop",key="trial"}"#),
+        s.metric(r#"ratelimit_service_rate_limit_shadow_mode_total{domain="shop",key="trial"}"#),
         3
     );
     assert_eq!(
-        s.metric(r#"ratelimit_service_rate_limit_over_limit{domain="shop",key="trial"}"#),
+        s.metric(r#"ratelimit_service_rate_limit_over_limit_total{domain="shop",key="trial"}"#),
         3
     );
     assert_eq!(
-        s.metric(r#"ratelimit_service_rate_limit_total_hits{domain="shop",key="trial"}"#),
+        s.metric(r#"ratelimit_service_rate_limit_total_hits_total{domain="shop",key="trial"}"#),
         4
     );
     assert!(
@@ -426,24 +426,24 @@ async fn detailed_metric_and_response_headers() {
     call(&mut c, req("d", vec![desc(&[("user", "bob")])])).await;
     assert_eq!(
         s.metric(
-            r#"ratelimit_service_rate_limit_total_hits{domain="d",key="user",value="user_bob"}"#
+            r#"ratelimit_service_rate_limit_total_hits_total{domain="d",key="user",value="user_bob"}"#
         ),
         3
     );
     assert_eq!(
         s.metric(
-            r#"ratelimit_service_rate_limit_over_limit{domain="d",key="user",value="user_bob"}"#
+            r#"ratelimit_service_rate_limit_over_limit_total{domain="d",key="user",value="user_bob"}"#
         ),
         1
     );
     assert_eq!(
         s.metric(
-            r#"ratelimit_service_rate_limit_total_hits{domain="d",key="user",value="user_ann"}"#
+            r#"ratelimit_service_rate_limit_total_hits_total{domain="d",key="user",value="user_ann"}"#
         ),
         1
     );
     assert_eq!(
-        s.metric(r#"ratelimit_service_rate_limit_total_hits{domain="d",key="user"}"#),
+        s.metric(r#"ratelimit_service_rate_limit_total_hits_total{domain="d",key="user"}"#),
         4
     );
 }

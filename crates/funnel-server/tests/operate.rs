@@ -50,12 +50,12 @@ async fn http_answers_health_metrics_and_json() {
     let (code, metrics) = s.get("/metrics");
     assert_eq!(code, 200);
     for series in [
-        r#"ratelimit_service_rate_limit_total_hits{domain="ops",key="client"} 8"#,
-        r#"ratelimit_service_rate_limit_over_limit{domain="ops",key="client"} 6"#,
-        r#"ratelimit_service_rate_limit_within_limit{domain="ops",key="client"} 2"#,
-        r#"ratelimit_service_rate_limit_near_limit{domain="ops",key="client"} 1"#,
+        r#"ratelimit_service_rate_limit_total_hits_total{domain="ops",key="client"} 8"#,
+        r#"ratelimit_service_rate_limit_over_limit_total{domain="ops",key="client"} 6"#,
+        r#"ratelimit_service_rate_limit_within_limit_total{domain="ops",key="client"} 2"#,
+        r#"ratelimit_service_rate_limit_near_limit_total{domain="ops",key="client"} 1"#,
         r#"funnel_server_table_keys{domain="ops",key="client"} 1"#,
-        "ratelimit_service_config_load_success 1",
+        "ratelimit_service_config_load_success_total 1",
     ] {
         assert!(
             metrics.lines().any(|l| l == series),
@@ -118,7 +118,7 @@ async fn a_reload_swaps_limits_keeps_debt_and_rejects_a_broken_file() {
     let grown = config(3, "per_client")
         + "  - key: extra\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n";
     write_config(&dir, "ops.yaml", &grown);
-    s.wait_metric("ratelimit_service_config_load_success", 2);
+    s.wait_metric("ratelimit_service_config_load_success_total", 2);
     assert_eq!(
         admitted(&mut c, "ops", &d, 3).await,
         1,
@@ -132,7 +132,7 @@ async fn a_reload_swaps_limits_keeps_debt_and_rejects_a_broken_file() {
 
     // A broken file: rejected, counted, logged; the configuration in force stays.
     write_config(&dir, "ops.yaml", "domain: ops\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1, typo: 1}\n");
-    s.wait_metric("ratelimit_service_config_load_error", 1);
+    s.wait_metric("ratelimit_service_config_load_error_total", 1);
     assert!(s.log().contains("unknown field `typo`"), "{}", s.log());
     assert_eq!(
         admitted(&mut c, "ops", &desc(&[("extra", "f")]), 2).await,
@@ -142,7 +142,7 @@ async fn a_reload_swaps_limits_keeps_debt_and_rejects_a_broken_file() {
 
     // A new quota: a new count.
     write_config(&dir, "ops.yaml", &config(5, "per_client"));
-    s.wait_metric("ratelimit_service_config_load_success", 3);
+    s.wait_metric("ratelimit_service_config_load_success_total", 3);
     assert_eq!(admitted(&mut c, "ops", &d, 6).await, 5);
 }
 
@@ -184,8 +184,8 @@ async fn reloads_under_load_fail_no_call() {
         t.await.expect("no call failed");
     }
     assert!(calls.load(Ordering::Relaxed) > 100, "the load ran");
-    assert!(s.metric("ratelimit_service_config_load_success") >= 2);
-    assert!(s.metric("ratelimit_service_config_load_error") >= 1);
+    assert!(s.metric("ratelimit_service_config_load_success_total") >= 2);
+    assert!(s.metric("ratelimit_service_config_load_error_total") >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,8 @@
 //! * `growth_latency`: the latency of decisions while a growable table grows;
 //! * `build_time`: how long a fixed table takes to build, on huge and small pages;
 //! * `attack`: funnel-redis's deny cache under an abusive mix (starts its own `redis-server`);
+//! * `funnel-loadgen`: gRPC load for funnel-server's `ShouldRateLimit` (p50/p99/p99.9) and the
+//!   no-decision floor, which `crates/funnel-server/bench/run.sh` runs;
 //! * `loadtest_proxy`: funnel-tower's example proxy with a no-limit baseline and
 //!   tower_governor modes, which `bench/wrk.sh` puts under wrk in front of funnel-tower's
 //!   example upstream.

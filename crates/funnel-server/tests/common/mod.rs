@@ -10,10 +10,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use funnel_server::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
-use funnel_server::proto::rate_limit_service_client::RateLimitServiceClient;
-use funnel_server::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use proto::rate_limit_service_client::RateLimitServiceClient;
+use proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
+
+/// The Envoy messages and the tonic client, from the code the build script generated for the
+/// library (the library keeps them to itself).
+#[path = "../../src/proto.rs"]
+pub mod proto;
 
 /// A running server, killed when dropped.
 pub struct Server {
@@ -21,6 +26,8 @@ pub struct Server {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub stderr: PathBuf,
+    /// The line the server printed once bound.
+    pub line: String,
 }
 
 /// A fresh directory under the target directory for one test's files.
@@ -56,12 +63,20 @@ impl Server {
     /// As [`start`](Self::start); `Err` with the server's stderr when it exits instead.
     pub fn try_start(config: &Path, extra: &[&str]) -> Result<Server, String> {
         let stderr = config.with_extension(format!("stderr-{}", unique()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_funnel-server"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_funnel-server"));
+        command
             .arg("--config")
             .arg(config)
             .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(extra)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info");
+        Server::launch(command, stderr)
+    }
+
+    /// Starts `command` (the binary, arguments and environment set by the caller), its stderr
+    /// in `stderr`, and waits for the line naming its addresses.
+    pub fn launch(mut command: Command, stderr: PathBuf) -> Result<Server, String> {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
@@ -90,7 +105,17 @@ impl Server {
             http: field("http="),
             child,
             stderr,
+            line,
         })
+    }
+
+    /// The address the server printed for `listener` (`debug`, `prometheus`), if any.
+    pub fn listening(&self, listener: &str) -> Option<SocketAddr> {
+        let prefix = format!("{listener}=");
+        self.line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(prefix.as_str()))
+            .and_then(|a| a.parse().ok())
     }
 
     /// A connected gRPC client.

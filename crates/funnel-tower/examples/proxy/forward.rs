@@ -30,8 +30,12 @@ impl<B> Forward<B> {
     /// Forwards to `upstream` (`http://host:port`), each answer's body passed through `body`
     /// (`std::convert::identity` keeps [`ProxyBody`]).
     pub fn new(upstream: Uri, body: fn(ProxyBody) -> B) -> Forward<B> {
+        let mut connector = HttpConnector::new();
+        // TCP_NODELAY, as on the accepted side: a request written in more than one segment
+        // would otherwise wait for the upstream's delayed acknowledgement.
+        connector.set_nodelay(true);
         Forward {
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new()).build(connector),
             upstream,
             body,
         }

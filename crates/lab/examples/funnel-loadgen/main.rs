@@ -1,4 +1,6 @@
-//! `funnel-loadgen`: a gRPC load generator for `ShouldRateLimit`, and the no-decision floor.
+//! `funnel-loadgen`: a gRPC load generator for funnel-server's `ShouldRateLimit`, and the
+//! no-decision floor. Built with `cargo build --release -p funnel-lab --example funnel-loadgen`
+//! (`target/release/examples/funnel-loadgen`).
 //!
 //! * `funnel-loadgen floor --grpc ADDR`: a server answering every call OK without deciding,
 //!   the transport's floor to compare funnel-server with.
@@ -15,12 +17,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use funnel_server::proto::rate_limit_descriptor::Entry;
-use funnel_server::proto::rate_limit_response::Code;
-use funnel_server::proto::rate_limit_service_client::RateLimitServiceClient;
-use funnel_server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
-use funnel_server::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use proto::rate_limit_descriptor::Entry;
+use proto::rate_limit_response::Code;
+use proto::rate_limit_service_client::RateLimitServiceClient;
+use proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint};
+
+mod proto;
 
 #[derive(Parser)]
 #[command(about = "Load for Envoy's rate-limit service, and the no-decision floor")]
@@ -90,12 +95,10 @@ impl RateLimitService for Floor {
         Ok(tonic::Response::new(RateLimitResponse {
             overall_code: Code::Ok as i32,
             statuses: (0..n)
-                .map(
-                    |_| funnel_server::proto::rate_limit_response::DescriptorStatus {
-                        code: Code::Ok as i32,
-                        ..Default::default()
-                    },
-                )
+                .map(|_| proto::rate_limit_response::DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         }))
@@ -148,8 +151,10 @@ async fn run(args: Run) -> Result<(), String> {
     } = args;
     let mut channels: Vec<Channel> = Vec::new();
     for _ in 0..connections.max(1) {
+        // TCP_NODELAY: a request's frames leave at once, not after the server's delayed ACK.
         let ch = Endpoint::new(format!("http://{target}"))
             .map_err(|e| e.to_string())?
+            .tcp_nodelay(true)
             .connect()
             .await
             .map_err(|e| format!("cannot connect to {target}: {e}"))?;
@@ -258,10 +263,12 @@ async fn floor(grpc: SocketAddr) -> Result<(), String> {
         .map_err(|e| format!("cannot bind gRPC to {grpc}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     println!("funnel-loadgen floor listening grpc={bound}");
+    // TCP_NODELAY on every accepted connection, as funnel-server sets it, so that the floor
+    // and the server are measured on the same transport.
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(Floor))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
             async {
                 let _ = tokio::signal::ctrl_c().await;
             },

@@ -1,0 +1,780 @@
+//! The `funnel-server` binary's reading of envoyproxy/ratelimit's environment variables (part
+//! of the binary, declared in `main.rs`; the library takes only [`funnel_server::Options`]).
+//!
+//! Each variable becomes the command-line flags it means, placed before the real arguments,
+//! so that a flag given on the command line wins over the variable. A variable that asks for
+//! something funnel-server does not do is refused at start, naming it; a variable that only
+//! tunes envoyproxy/ratelimit's own machinery (connection pools, pipelining, Go profiling) is
+//! logged as ignored. The README's "Starting from envoyproxy/ratelimit's environment" has the
+//! table.
+//!
+//! Running "as envoyproxy/ratelimit" (any of `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`,
+//! `RUNTIME_APPDIRECTORY`, `CONFIG_TYPE` set), an address or switch left unset takes
+//! envoyproxy/ratelimit's default (listen on every interface, ports 8080, 8081 and 6070,
+//! statsd on), as the Deployment being replaced expects; otherwise funnel-server's own
+//! defaults stay (loopback, no debug listener, no statsd).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::time::Duration;
+
+/// What the environment asks.
+#[derive(Debug, Default)]
+pub struct FromEnvironment {
+    /// Flags and their values, each with the variables it came from.
+    pub args: Vec<(Vec<OsString>, &'static str)>,
+    /// Variables set but without effect here, with why.
+    pub ignored: Vec<(&'static str, &'static str)>,
+    /// `LOG_LEVEL` as a tracing filter.
+    pub log_level: Option<&'static str>,
+    /// `LOG_FORMAT=json`.
+    pub log_json: bool,
+}
+
+/// A variable funnel-server cannot honour, or a value it cannot read.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EnvError {
+    /// The variable.
+    pub var: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for EnvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.var, self.reason)
+    }
+}
+
+impl std::error::Error for EnvError {}
+
+/// Variables whose only effect is on envoyproxy/ratelimit's own machinery: ignored, logged.
+const HARMLESS: [(&str, &str); 20] = [
+    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are not aged out",
+    ),
+    ("REDIS_POOL_SIZE", "one multiplexed connection per limiter"),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        "one multiplexed connection per limiter",
+    ),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        "requests are pipelined as they come",
+    ),
+    (
+        "REDIS_PIPELINE_LIMIT",
+        "requests are pipelined as they come",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "requests are pipelined as they come",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "the health check does not ping Redis",
+    ),
+    (
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        "the first Redis connection is not retried at start",
+    ),
+    (
+        "REDIS_STARTUP_MAX_INTERVAL",
+        "the first Redis connection is not retried at start",
+    ),
+    (
+        "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        "the first Redis connection is not retried at start",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "Redis keys expire when their debt is paid",
+    ),
+    (
+        "CACHE_KEY_PREFIX",
+        "Redis keys carry funnel-server's own prefix",
+    ),
+    ("TRACING_ENABLED", "no OpenTelemetry tracing"),
+    (
+        "RUNTIME_WATCH_ROOT",
+        "the configuration directory itself is watched (a ConfigMap's ..data swap included)",
+    ),
+    ("RUNTIME_IGNOREDOTFILES", "dot files are always ignored"),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "no response-time histogram",
+    ),
+    (
+        "MEMCACHE_HOST_PORT",
+        "read only with BACKEND_TYPE=memcache, which is refused",
+    ),
+    (
+        "MEMCACHE_SRV",
+        "read only with BACKEND_TYPE=memcache, which is refused",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "read only with USE_DOG_STATSD, which is refused",
+    ),
+];
+
+/// Variables asking for what funnel-server does not do: refused when set (to anything but
+/// their off value, for switches).
+const REFUSED: [(&str, &str); 12] = [
+    ("GRPC_UDS", "gRPC on a Unix socket is not supported"),
+    (
+        "GRPC_SERVER_USE_TLS",
+        "gRPC over TLS is not supported: terminate TLS in front",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "DogStatsD is not supported (plain statsd and Prometheus are)",
+    ),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "the Prometheus names are fixed (see the README)",
+    ),
+    ("REDIS_PERSECOND", "per-second limits share the one Redis"),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        "Redis client certificates are not supported",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        "Redis client certificates are not supported",
+    ),
+    (
+        "REDIS_TLS_CACERT",
+        "a private CA for Redis is not supported",
+    ),
+    (
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "Redis TLS always verifies the host name",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "TLS to the xDS server is not supported",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        "headers to the xDS server are not supported",
+    ),
+    (
+        "REDIS_SENTINEL_AUTH",
+        "a sentinel password is not supported",
+    ),
+];
+
+/// The flags envoyproxy/ratelimit's environment means, read through `get`.
+pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment, EnvError> {
+    // An empty variable is an unset one, as envoyproxy/ratelimit's loader reads it.
+    let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+    let mut out = FromEnvironment::default();
+    let mut push = |vars: &'static str, args: &[&str]| {
+        out.args
+            .push((args.iter().map(OsString::from).collect(), vars));
+    };
+
+    for (name, why) in REFUSED {
+        if let Some(v) = var(name) {
+            if !is_off(&v) {
+                return Err(EnvError {
+                    var: name,
+                    reason: why.to_owned(),
+                });
+            }
+        }
+    }
+
+    let envoy_mode = [
+        "RUNTIME_ROOT",
+        "RUNTIME_SUBDIRECTORY",
+        "RUNTIME_APPDIRECTORY",
+        "CONFIG_TYPE",
+    ]
+    .iter()
+    .any(|n| var(n).is_some());
+
+    // Listeners: a pair with either half set, or any pair as envoyproxy, takes envoyproxy's
+    // default for the unset half.
+    for (host, port, flag, default_port, vars) in [
+        ("HOST", "PORT", "--http", "8080", "HOST/PORT"),
+        (
+            "GRPC_HOST",
+            "GRPC_PORT",
+            "--grpc",
+            "8081",
+            "GRPC_HOST/GRPC_PORT",
+        ),
+        (
+            "DEBUG_HOST",
+            "DEBUG_PORT",
+            "--debug",
+            "6070",
+            "DEBUG_HOST/DEBUG_PORT",
+        ),
+    ] {
+        let (h, p) = (var(host), var(port));
+        if h.is_none() && p.is_none() && !envoy_mode {
+            continue;
+        }
+        let h = h.unwrap_or_else(|| "0.0.0.0".to_owned());
+        let p = p.unwrap_or_else(|| default_port.to_owned());
+        let port_number: u16 = p.trim().parse().map_err(|_| EnvError {
+            var: port,
+            reason: format!("{p:?} is not a port number"),
+        })?;
+        push(vars, &[flag, &join_host_port(&h, port_number)]);
+    }
+
+    // The configuration: files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
+    // or xDS.
+    let config_type = var("CONFIG_TYPE").unwrap_or_else(|| "FILE".to_owned());
+    match config_type.to_ascii_uppercase().as_str() {
+        "FILE" => {
+            if envoy_mode {
+                let mut dir = std::path::PathBuf::from(
+                    var("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".to_owned()),
+                );
+                if let Some(sub) = var("RUNTIME_SUBDIRECTORY") {
+                    dir.push(sub);
+                }
+                dir.push(var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".to_owned()));
+                out.args.push((
+                    vec!["--config".into(), dir.into_os_string()],
+                    "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY",
+                ));
+            }
+        }
+        "GRPC_XDS_SOTW" => {
+            let url = var("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into());
+            let url = if url.contains("://") {
+                url
+            } else {
+                format!("http://{url}")
+            };
+            push("CONFIG_TYPE/CONFIG_GRPC_XDS_SERVER_URL", &["--xds", &url]);
+            if let Some(id) = var("CONFIG_GRPC_XDS_NODE_ID") {
+                push("CONFIG_GRPC_XDS_NODE_ID", &["--xds-node-id", &id]);
+            }
+            if let Some(m) = var("CONFIG_GRPC_XDS_NODE_METADATA") {
+                push(
+                    "CONFIG_GRPC_XDS_NODE_METADATA",
+                    &["--xds-node-metadata", &m],
+                );
+            }
+        }
+        other => {
+            return Err(EnvError {
+                var: "CONFIG_TYPE",
+                reason: format!("{other:?}: expected FILE or GRPC_XDS_SOTW"),
+            })
+        }
+    }
+
+    if let Some(v) = var("LOG_LEVEL") {
+        out.log_level = Some(match v.to_ascii_lowercase().as_str() {
+            "trace" => "trace",
+            "debug" => "debug",
+            "info" => "info",
+            "warn" | "warning" => "warn",
+            "error" | "fatal" | "panic" => "error",
+            _ => {
+                return Err(EnvError {
+                    var: "LOG_LEVEL",
+                    reason: format!("{v:?}: expected debug, info, warn or error"),
+                })
+            }
+        });
+    }
+    if let Some(v) = var("LOG_FORMAT") {
+        out.log_json = match v.to_ascii_lowercase().as_str() {
+            "json" => true,
+            "text" => false,
+            _ => {
+                return Err(EnvError {
+                    var: "LOG_FORMAT",
+                    reason: format!("{v:?}: expected json or text"),
+                })
+            }
+        };
+    }
+
+    redis(&var, &mut out)?;
+    statistics(&var, envoy_mode, &mut out)?;
+
+    if let Some(v) = var("NEAR_LIMIT_RATIO") {
+        let ratio: f64 = v.trim().parse().map_err(|_| EnvError {
+            var: "NEAR_LIMIT_RATIO",
+            reason: format!("{v:?} is not a number"),
+        })?;
+        // near_limit counts hits allowed with less than 20% of the limit left.
+        if (ratio - 0.8).abs() > 1e-6 {
+            return Err(EnvError {
+                var: "NEAR_LIMIT_RATIO",
+                reason: format!("{v}: only 0.8 (near_limit at 80% of the limit) is supported"),
+            });
+        }
+    }
+
+    for (name, flag) in [
+        ("SHADOW_MODE", "--shadow-mode"),
+        ("QUOTA_MODE", "--quota-mode"),
+        ("RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata"),
+        ("MERGE_DOMAIN_CONFIG", "--merge-domain-config"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "--limit-response-headers"),
+    ] {
+        if let Some(v) = var(name) {
+            if switch(name, &v)? {
+                out.args.push((vec![flag.into()], name));
+            }
+        }
+    }
+    for (name, flag) in [
+        ("LIMIT_LIMIT_HEADER", "--limit-limit-header"),
+        ("LIMIT_REMAINING_HEADER", "--limit-remaining-header"),
+        ("LIMIT_RESET_HEADER", "--limit-reset-header"),
+    ] {
+        if let Some(v) = var(name) {
+            out.args.push((vec![flag.into(), v.into()], name));
+        }
+    }
+    // envoyproxy/ratelimit's default (false) charges every descriptor even when the request is
+    // over the limit; funnel charges none unless told. Only an explicit `false` asks for it.
+    if let Some(v) = var("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+        if !switch("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", &v)? {
+            out.args.push((
+                vec!["--charge-denied".into()],
+                "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+            ));
+        }
+    }
+
+    for (name, why) in HARMLESS {
+        if var(name).is_some() {
+            out.ignored.push((name, why));
+        }
+    }
+    Ok(out)
+}
+
+/// The Redis variables.
+fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Result<(), EnvError> {
+    let backend = var("BACKEND_TYPE").map(|b| b.to_ascii_lowercase());
+    match backend.as_deref() {
+        None | Some("redis") => {}
+        Some(other) => {
+            return Err(EnvError {
+                var: "BACKEND_TYPE",
+                reason: format!("{other:?}: only redis is supported (or none: in process)"),
+            })
+        }
+    }
+    let Some(url) = var("REDIS_URL") else {
+        if backend.is_some() {
+            return Err(EnvError {
+                var: "BACKEND_TYPE",
+                reason: "redis needs REDIS_URL (funnel-server has no default Redis address; \
+                         leave both unset to count in process)"
+                    .into(),
+            });
+        }
+        return Ok(());
+    };
+    let kind = var("REDIS_TYPE")
+        .unwrap_or_else(|| "single".into())
+        .to_ascii_lowercase();
+    let tls = match var("REDIS_TLS") {
+        Some(v) => switch("REDIS_TLS", &v)?,
+        None => false,
+    };
+    let auth = var("REDIS_AUTH");
+    match kind.as_str() {
+        "single" => {
+            let socket = var("REDIS_SOCKET_TYPE")
+                .unwrap_or_else(|| "unix".into())
+                .to_ascii_lowercase();
+            let full = if url.contains("://") {
+                url
+            } else {
+                match socket.as_str() {
+                    "tcp" => {
+                        let scheme = if tls { "rediss" } else { "redis" };
+                        let userinfo = auth.as_deref().map(userinfo).unwrap_or_default();
+                        format!("{scheme}://{userinfo}{url}")
+                    }
+                    "unix" => {
+                        if tls {
+                            return Err(EnvError {
+                                var: "REDIS_TLS",
+                                reason: "TLS over a Unix socket is not supported".into(),
+                            });
+                        }
+                        match auth.as_deref() {
+                            None => format!("redis+unix://{url}"),
+                            Some(a) => {
+                                let (user, pass) = a.split_once(':').unwrap_or(("", a));
+                                let mut u = format!("redis+unix://{url}?pass={}", encode(pass));
+                                if !user.is_empty() {
+                                    u.push_str(&format!("&user={}", encode(user)));
+                                }
+                                u
+                            }
+                        }
+                    }
+                    other => {
+                        return Err(EnvError {
+                            var: "REDIS_SOCKET_TYPE",
+                            reason: format!("{other:?}: expected tcp or unix"),
+                        })
+                    }
+                }
+            };
+            out.args
+                .push((vec!["--redis".into(), full.into()], "REDIS_URL"));
+        }
+        "cluster" | "sentinel" => {
+            // envoyproxy/ratelimit's lists (`host:port,host:port`; `master,host:port,...`),
+            // read as such by --redis-type.
+            out.args
+                .push((vec!["--redis".into(), url.into()], "REDIS_URL"));
+            out.args.push((
+                vec!["--redis-type".into(), kind.clone().into()],
+                "REDIS_TYPE",
+            ));
+            if let Some(a) = auth {
+                out.args
+                    .push((vec!["--redis-auth".into(), a.into()], "REDIS_AUTH"));
+            }
+            if tls {
+                out.args.push((vec!["--redis-tls".into()], "REDIS_TLS"));
+            }
+        }
+        other => {
+            return Err(EnvError {
+                var: "REDIS_TYPE",
+                reason: format!("{other:?}: expected single, cluster or sentinel"),
+            })
+        }
+    }
+    if let Some(t) = var("REDIS_TIMEOUT") {
+        let d = go_duration(&t).map_err(|reason| EnvError {
+            var: "REDIS_TIMEOUT",
+            reason,
+        })?;
+        out.args.push((
+            vec![
+                "--redis-timeout-ms".into(),
+                d.as_millis().max(1).to_string().into(),
+            ],
+            "REDIS_TIMEOUT",
+        ));
+    }
+    if let Some(b) = var("LOCAL_CACHE_SIZE_IN_BYTES") {
+        let bytes: u64 = b.trim().parse().map_err(|_| EnvError {
+            var: "LOCAL_CACHE_SIZE_IN_BYTES",
+            reason: format!("{b:?} is not a number of bytes"),
+        })?;
+        let keys = bytes / DENY_CACHE_BYTES_PER_KEY;
+        out.args.push((
+            vec!["--deny-cache".into(), keys.to_string().into()],
+            "LOCAL_CACHE_SIZE_IN_BYTES",
+        ));
+    }
+    Ok(())
+}
+
+/// What one key of the deny cache takes, to read `LOCAL_CACHE_SIZE_IN_BYTES` as a number of
+/// keys: its slot in funnel's table plus a descriptor value of typical length.
+pub const DENY_CACHE_BYTES_PER_KEY: u64 = 64;
+
+/// The statistics variables.
+fn statistics(
+    var: &impl Fn(&str) -> Option<String>,
+    envoy_mode: bool,
+    out: &mut FromEnvironment,
+) -> Result<(), EnvError> {
+    let disabled = match var("DISABLE_STATS") {
+        Some(v) => switch("DISABLE_STATS", &v)?,
+        None => false,
+    };
+    let prometheus = match var("USE_PROMETHEUS") {
+        Some(v) => switch("USE_PROMETHEUS", &v)?,
+        None => false,
+    };
+    // envoyproxy/ratelimit sends to statsd unless told not to (and refuses statsd beside
+    // Prometheus); as envoyproxy, the same.
+    let statsd = match var("USE_STATSD") {
+        Some(v) => switch("USE_STATSD", &v)?,
+        None => envoy_mode && !prometheus,
+    };
+    if statsd && !disabled {
+        let host = var("STATSD_HOST").unwrap_or_else(|| "localhost".into());
+        let port = var("STATSD_PORT").unwrap_or_else(|| "8125".into());
+        let port: u16 = port.trim().parse().map_err(|_| EnvError {
+            var: "STATSD_PORT",
+            reason: format!("{port:?} is not a port number"),
+        })?;
+        out.args.push((
+            vec!["--statsd".into(), join_host_port(&host, port).into()],
+            "USE_STATSD/STATSD_HOST/STATSD_PORT",
+        ));
+        if let Some(i) = var("STATS_FLUSH_INTERVAL") {
+            go_duration(&i).map_err(|reason| EnvError {
+                var: "STATS_FLUSH_INTERVAL",
+                reason,
+            })?;
+            out.args.push((
+                vec!["--stats-flush-interval".into(), i.into()],
+                "STATS_FLUSH_INTERVAL",
+            ));
+        }
+        if let Some(t) = var("EXTRA_TAGS") {
+            out.args
+                .push((vec!["--extra-tags".into(), t.into()], "EXTRA_TAGS"));
+        }
+    }
+    if prometheus && !disabled {
+        let addr = var("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+        // Go's `:9090` is every interface.
+        let addr = match addr.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => addr,
+        };
+        out.args.push((
+            vec!["--prometheus".into(), addr.into()],
+            "USE_PROMETHEUS/PROMETHEUS_ADDR",
+        ));
+        if let Some(p) = var("PROMETHEUS_PATH") {
+            out.args.push((
+                vec!["--prometheus-path".into(), p.into()],
+                "PROMETHEUS_PATH",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A switch as Go's `strconv.ParseBool` reads it.
+fn switch(var: &'static str, v: &str) -> Result<bool, EnvError> {
+    match v.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(EnvError {
+            var,
+            reason: format!("{v:?}: expected true or false"),
+        }),
+    }
+}
+
+fn is_off(v: &str) -> bool {
+    matches!(v.trim(), "0" | "f" | "F" | "false" | "FALSE" | "False")
+}
+
+/// `host:port`, an IPv6 host in brackets.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `REDIS_AUTH` (`password` or `user:password`) as a URL's user information.
+fn userinfo(auth: &str) -> String {
+    match auth.split_once(':') {
+        Some((user, pass)) => format!("{}:{}@", encode(user), encode(pass)),
+        None => format!(":{}@", encode(auth)),
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A duration as Go writes one: a sequence of decimal numbers with units (`ns`, `us`, `µs`,
+/// `ms`, `s`, `m`, `h`), as in `10s`, `1m30s`, `1.5s`, `250ms`; `0` alone is zero.
+pub fn go_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let bad = || format!("{s:?}: expected a duration such as 10s, 250ms or 1m30s");
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3_600.0,
+            _ => return Err(bad()),
+        };
+        total += n * secs;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(vars: &[(&str, &str)]) -> Result<Vec<String>, EnvError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let t = translate(|k| map.get(k).cloned())?;
+        Ok(t.args
+            .into_iter()
+            .flat_map(|(a, _)| a)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect())
+    }
+
+    #[test]
+    fn nothing_set_keeps_funnel_defaults() {
+        assert_eq!(from(&[]).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn as_envoyproxy_unset_addresses_take_its_defaults() {
+        let args = from(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("USE_STATSD", "false"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--http",
+                "0.0.0.0:8080",
+                "--grpc",
+                "0.0.0.0:8081",
+                "--debug",
+                "0.0.0.0:6070",
+                "--config",
+                "/data/ratelimit/config"
+            ]
+        );
+    }
+
+    #[test]
+    fn redis_urls_follow_envoyproxy_conventions() {
+        let args = from(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "localhost:6379"),
+            ("REDIS_AUTH", "us:p@ss"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TIMEOUT", "1.5s"),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "6400"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--redis",
+                "rediss://us:p%40ss@localhost:6379",
+                "--redis-timeout-ms",
+                "1500",
+                "--deny-cache",
+                "100"
+            ]
+        );
+        let args = from(&[("REDIS_URL", "/run/redis.sock")]).unwrap();
+        assert_eq!(args, ["--redis", "redis+unix:///run/redis.sock"]);
+        let args = from(&[("REDIS_URL", "m,h1:26379"), ("REDIS_TYPE", "SENTINEL")]).unwrap();
+        assert_eq!(args, ["--redis", "m,h1:26379", "--redis-type", "sentinel"]);
+    }
+
+    #[test]
+    fn unsupported_variables_are_refused_by_name() {
+        for (k, v) in [
+            ("BACKEND_TYPE", "memcache"),
+            ("USE_DOG_STATSD", "true"),
+            ("NEAR_LIMIT_RATIO", "0.9"),
+            ("REDIS_TYPE", "ring"),
+            ("CONFIG_TYPE", "ETCD"),
+            ("LOG_LEVEL", "loud"),
+            ("SHADOW_MODE", "maybe"),
+        ] {
+            let vars = [(k, v), ("REDIS_URL", "h:1")];
+            let e = from(&vars).unwrap_err();
+            assert_eq!(e.var, k, "{e}");
+        }
+        assert!(from(&[("USE_DOG_STATSD", "false")]).is_ok());
+    }
+
+    #[test]
+    fn switches_and_statistics() {
+        let args = from(&[
+            ("SHADOW_MODE", "true"),
+            ("QUOTA_MODE", "false"),
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "stats"),
+            ("STATS_FLUSH_INTERVAL", "1m30s"),
+            ("EXTRA_TAGS", "a:1,b:2"),
+            ("USE_PROMETHEUS", "1"),
+            ("PROMETHEUS_ADDR", ":9102"),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--statsd",
+                "stats:8125",
+                "--stats-flush-interval",
+                "1m30s",
+                "--extra-tags",
+                "a:1,b:2",
+                "--prometheus",
+                "0.0.0.0:9102",
+                "--shadow-mode",
+                "--charge-denied"
+            ]
+        );
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(go_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(go_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "10", "s", "1x", "-1s", "1..2s"] {
+            assert!(go_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Why [`crate::run`] could not start the server, or why a listener failed while serving.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::config::ConfigError;
+use crate::rules::CompileError;
+
+/// What stopped the server.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration could not be read.
+    Config(ConfigError),
+    /// The configuration was read but its rules could not be built (a limit funnel cannot
+    /// count, a Redis limiter that could not be made).
+    Rules(CompileError),
+    /// The forward-auth file (`--forward-auth`) could not be read.
+    ForwardAuth(ConfigError),
+    /// `--recent-clock`'s interval was refused, or its upkeep thread could not start.
+    Clock {
+        /// The interval asked.
+        interval: Duration,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A listener could not bind its address.
+    Bind {
+        /// Which listener (`gRPC`, `HTTP`, `debug`, `Prometheus`).
+        listener: &'static str,
+        /// The address asked.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The configuration could not be watched for changes.
+    Watch(String),
+    /// The statsd server's address could not be resolved or its socket opened.
+    Statsd {
+        /// The `host:port` given.
+        target: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A listener failed while serving.
+    Serve {
+        /// Which listener.
+        listener: &'static str,
+        /// Why.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Config(e) => write!(f, "{e}"),
+            Error::Rules(e) => write!(f, "{e}"),
+            Error::ForwardAuth(e) => write!(f, "--forward-auth: {e}"),
+            Error::Clock { interval, .. } => write!(f, "--recent-clock {interval:?}"),
+            Error::Bind { listener, addr, .. } => write!(f, "cannot bind {listener} to {addr}"),
+            Error::Watch(e) => write!(f, "{e}"),
+            Error::Statsd { target, .. } => write!(f, "statsd at {target}"),
+            Error::Serve { listener, .. } => write!(f, "the {listener} listener failed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Config(e) | Error::ForwardAuth(e) => Some(e),
+            Error::Rules(e) => Some(e),
+            Error::Clock { source, .. }
+            | Error::Bind { source, .. }
+            | Error::Statsd { source, .. } => Some(source),
+            Error::Serve { source, .. } => Some(source.as_ref()),
+            Error::Watch(_) => None,
+        }
+    }
+}

@@ -11,7 +11,8 @@
 //! [`decide`]: a request is checked ([`limits`]), each descriptor matched to a rule
 //! ([`rules`]), the counted ones charged together ([`store`], [`funnel::check_all`]), and the
 //! response built. [`grpc`] and [`http`] are thin doors onto it; [`reload`] swaps the
-//! [`rules`] while requests flow; [`config`] reads the YAML.
+//! [`rules`] while requests flow; [`config`] reads the YAML; [`xds`] takes it from an xDS
+//! server instead.
 
 pub mod clock;
 pub mod config;
@@ -28,3 +29,4 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod store;
+pub mod xds;

@@ -1,5 +1,6 @@
-//! The server: configuration loaded, gRPC and HTTP bound, reload watched, and on SIGTERM or
-//! SIGINT the health checks turned to failing, in-flight calls drained, and a clean exit.
+//! The server: configuration loaded (from files, or subscribed to over xDS), gRPC and HTTP
+//! bound, reload watched, and on SIGTERM or SIGINT the health checks turned to failing,
+//! in-flight calls drained, and a clean exit.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,12 +18,22 @@ use crate::grpc::Service;
 use crate::limits::MAX_REQUEST_BYTES;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{RedisSettings, Registry};
+use crate::xds::{Progress, XdsOptions};
+
+/// Where the configuration comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A YAML file or a directory of them.
+    Files(PathBuf),
+    /// An xDS server (`--xds`).
+    Xds(Box<XdsOptions>),
+}
 
 /// How the server runs (the command line's options).
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// A YAML file or a directory of them.
-    pub config: PathBuf,
+    /// The configuration's source.
+    pub source: Source,
     /// The gRPC address.
     pub grpc: SocketAddr,
     /// The HTTP address, if any.
@@ -33,7 +44,7 @@ pub struct Options {
     pub max_keys: usize,
     /// Write `RateLimit-Policy`/`RateLimit` into `response_headers_to_add`.
     pub response_headers: bool,
-    /// Watch the configuration and reload it.
+    /// Watch the configuration's files and reload them.
     pub watch: bool,
     /// Decide on funnel's recent clock refreshed at this interval instead of reading the
     /// monotonic clock per decision (`--recent-clock`).
@@ -42,7 +53,11 @@ pub struct Options {
 
 /// Runs until SIGTERM or SIGINT; errors only when it cannot start.
 pub async fn run(opts: Options) -> Result<(), String> {
-    let config = Config::load(&opts.config).map_err(|e| e.to_string())?;
+    let config = match &opts.source {
+        Source::Files(path) => Config::load(path).map_err(|e| e.to_string())?,
+        // Nothing until the xDS server sends it.
+        Source::Xds(_) => Config::default(),
+    };
     let clock = match opts.recent_clock {
         None => UnixClock::new(),
         Some(interval) => {
@@ -52,14 +67,30 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let registry = Registry::new(clock, opts.max_keys, opts.redis.clone());
     let rules = registry.compile(&config).await?;
     let decider = Arc::new(Decider::new(rules, registry, opts.response_headers));
-    decider
-        .stats
-        .config_load_success
-        .fetch_add(1, Ordering::Relaxed);
-    let _watcher = if opts.watch {
-        Some(crate::reload::watch(decider.clone(), opts.config.clone())?)
-    } else {
-        None
+    let _watcher = match &opts.source {
+        Source::Files(path) => {
+            decider
+                .stats
+                .config_load_success
+                .fetch_add(1, Ordering::Relaxed);
+            if opts.watch {
+                Some(crate::reload::watch(decider.clone(), path.clone())?)
+            } else {
+                None
+            }
+        }
+        Source::Xds(_) => None,
+    };
+    // Set while the health checks must fail for want of a configuration (xDS only).
+    let config_missing = Arc::new(AtomicBool::new(false));
+    let subscription = match &opts.source {
+        Source::Xds(xds) => match subscribe(xds, &decider, &config_missing).await? {
+            // Followed only when the health depends on the configuration.
+            Some(progress) => Some(progress).filter(|_| xds.healthy_needs_domains),
+            // Stopped by a signal before the first configuration came.
+            None => return Ok(()),
+        },
+        Source::Files(_) => None,
     };
 
     let grpc = TcpListener::bind(opts.grpc)
@@ -79,9 +110,23 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let draining = Arc::new(AtomicBool::new(false));
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<RateLimitServiceServer<Service>>()
-        .await;
+    // Acquire: pairs with the Release stores of the health follower below.
+    if config_missing.load(Ordering::Acquire) {
+        health
+            .set_not_serving::<RateLimitServiceServer<Service>>()
+            .await;
+    } else {
+        health
+            .set_serving::<RateLimitServiceServer<Service>>()
+            .await;
+    }
+    let follower = subscription.map(|progress| {
+        tokio::spawn(follow_health(
+            progress,
+            config_missing.clone(),
+            health.clone(),
+        ))
+    });
 
     let service = RateLimitServiceServer::new(Service::new(decider.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -99,6 +144,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
         let state = crate::http::Http {
             decider: decider.clone(),
             draining: draining.clone(),
+            config_missing: config_missing.clone(),
         };
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
@@ -115,10 +161,14 @@ pub async fn run(opts: Options) -> Result<(), String> {
         "funnel-server listening grpc={grpc_addr} http={}",
         http_addr.map_or_else(|| "-".to_owned(), |a| a.to_string())
     );
-    tracing::info!(%grpc_addr, ?http_addr, domains = config.domains.len(), "serving");
+    tracing::info!(%grpc_addr, ?http_addr, domains = decider.rules.load().domains.len(), "serving");
 
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight calls");
+    // Stopped first, so that a configuration arriving now cannot turn the health back on.
+    if let Some(f) = follower {
+        f.abort();
+    }
     // Release: the health check's Acquire load sees the drain.
     draining.store(true, Ordering::Release);
     health
@@ -139,6 +189,59 @@ pub async fn run(opts: Options) -> Result<(), String> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the xDS subscription; with `wait_for_first`, returns once a first response was
+/// processed (`None` if a signal came first). Its progress, for the health checks. The settings are checked before anything
+/// binds: a TLS file that cannot be read refuses the start.
+async fn subscribe(
+    xds: &XdsOptions,
+    decider: &Arc<Decider>,
+    config_missing: &AtomicBool,
+) -> Result<Option<watch::Receiver<Progress>>, String> {
+    crate::xds::client::endpoint(xds)?;
+    let (progress_tx, mut progress) = watch::channel(Progress::default());
+    tokio::spawn(crate::xds::subscribe(
+        xds.clone(),
+        decider.clone(),
+        progress_tx,
+    ));
+    if xds.wait_for_first {
+        tracing::info!(server = %xds.url, "waiting for the first configuration from the xDS server");
+        tokio::select! {
+            r = progress.wait_for(|p| p.responses > 0) => {
+                r.map_err(|_| "the xDS subscription stopped".to_owned())?;
+            }
+            () = shutdown_signal() => return Ok(None),
+        }
+    }
+    let missing = xds.healthy_needs_domains && progress.borrow().domains.unwrap_or(0) == 0;
+    // Release: read by the health checks (Acquire) once the servers are up.
+    config_missing.store(missing, Ordering::Release);
+    Ok(Some(progress))
+}
+
+/// Keeps the health checks failing while no configuration with a domain is in force
+/// (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), as each xDS response changes it.
+async fn follow_health(
+    mut progress: watch::Receiver<Progress>,
+    config_missing: Arc<AtomicBool>,
+    health: tonic_health::server::HealthReporter,
+) {
+    while progress.changed().await.is_ok() {
+        let missing = progress.borrow_and_update().domains.unwrap_or(0) == 0;
+        // Release: pairs with the health checks' Acquire loads.
+        config_missing.store(missing, Ordering::Release);
+        if missing {
+            health
+                .set_not_serving::<RateLimitServiceServer<Service>>()
+                .await;
+        } else {
+            health
+                .set_serving::<RateLimitServiceServer<Service>>()
+                .await;
+        }
+    }
 }
 
 async fn shutdown_signal() {

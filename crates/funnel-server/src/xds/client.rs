@@ -2,7 +2,7 @@
 //! (`AggregatedDiscoveryService.StreamAggregatedResources`) asking for every resource of
 //! [`TYPE_URL`], each response loaded whole and swapped in, then ACKed (its version and nonce)
 //! or NACKed (the version still in force, its nonce, and why in `error_detail`); on any end of
-//! the stream or failure to connect, a wait ([`Backoff`]) and a new stream.
+//! the stream or failure to connect, a wait ([`Backoff`](super::Backoff)) and a new stream.
 //!
 //! Every request carries the node, as envoyproxy/ratelimit's client sends it. The first
 //! request of a new stream carries the version in force and no nonce (a nonce names a

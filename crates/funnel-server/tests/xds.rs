@@ -558,3 +558,126 @@ fn a_missing_or_doubled_source_and_bad_settings_refuse_the_start() {
         "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
     );
 }
+
+/// Writes a CA, a server certificate for 127.0.0.1 and a client certificate into `dir` with
+/// the openssl program.
+fn certificates(openssl: &std::path::Path, dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new(openssl)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=funnel test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    ]
+    .concat());
+    for (name, ext) in [
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:xds.test\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"),
+        ("client", "subjectAltName=DNS:funnel-server\nextendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        run(&[&["req"][..], &ec, &["-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", &format!("/CN={name}")]].concat());
+        run(&["x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", &format!("{name}.crt"), "-days", "2", "-extfile", &format!("{name}.ext")]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_to_the_xds_server_as_envoy_gateway_runs_it() {
+    let Some(openssl) = funnel_testkit::skip::program("openssl", "apt-get install openssl") else {
+        return;
+    };
+    let dir = scratch("xds-tls");
+    certificates(&openssl, &dir);
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let tls = tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(
+            read("server.crt"),
+            read("server.key"),
+        ))
+        .client_ca_root(tonic::transport::Certificate::from_pem(read("ca.crt")));
+    let ads = Ads::new("1", vec![domain("edge", "edge", "client", 2)]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = AggregatedDiscoveryServiceServer::new(ads.clone());
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener))
+            .await
+    });
+    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let target = addr.to_string();
+
+    // Without a client certificate the server refuses the handshake: nothing is subscribed.
+    let refused = start(
+        &[
+            "--xds",
+            &format!("https://{addr}"),
+            "--xds-tls-ca",
+            &path("ca.crt"),
+            "--force-start-without-initial-config",
+            "--xds-backoff-initial",
+            "100ms",
+        ],
+        &[],
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !refused.log().contains("xDS stream failed") {
+        assert!(Instant::now() < end, "{}", refused.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        ads.requests().is_empty(),
+        "no stream without a client certificate"
+    );
+    drop(refused);
+
+    // Envoy Gateway's settings: host:port, TLS on, the client's pair and the CA.
+    let s = start(
+        &[],
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", &target),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", &path("client.crt")),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &path("client.key")),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &path("ca.crt")),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.test"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(allowed(&s, "edge", "client", "a", 3).await, (2, 2));
+    ads.ack("1").await;
+}

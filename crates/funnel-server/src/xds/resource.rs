@@ -320,6 +320,46 @@ mod tests {
     }
 
     #[test]
+    fn quota_mode_and_metadata_reach_the_loader_as_a_file_writes_them() {
+        use prost_types::value::Kind;
+        let mut d = limited("k", "", RateLimitUnit::Second, 1);
+        d.quota_mode = true;
+        let entry = |kind| prost_types::Value { kind: Some(kind) };
+        d.metadata = Some(prost_types::Struct {
+            fields: [
+                ("team".to_owned(), entry(Kind::StringValue("edge".into()))),
+                ("weight".to_owned(), entry(Kind::NumberValue(2.5))),
+            ]
+            .into_iter()
+            .collect(),
+        });
+        let text = document(&domain("d", "d", vec![d]));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let written = &v["descriptors"][0];
+        assert_eq!(written["quota_mode"], json!(true));
+        assert_eq!(written["metadata"], json!({"team": "edge", "weight": 2.5}));
+        // Fields at their defaults are left out, as a file leaves them out.
+        let plain = document(&domain(
+            "d",
+            "d",
+            vec![limited("k", "", RateLimitUnit::Second, 1)],
+        ));
+        for absent in [
+            "value",
+            "shadow_mode",
+            "quota_mode",
+            "metadata",
+            "unlimited",
+            "name",
+        ] {
+            assert!(
+                !plain.contains(&format!("\"{absent}\"")),
+                "{absent} in {plain}"
+            );
+        }
+    }
+
+    #[test]
     fn no_resources_is_an_empty_configuration() {
         assert!(load(&[]).unwrap().domains.is_empty());
     }

@@ -1,11 +1,18 @@
 //! Compiles the Envoy rate-limit messages in `proto/` with protox (pure Rust, so building
 //! needs no `protoc`), generates the tonic service and client from them, and keeps the
-//! encoded descriptor set for `POST /json` (proto3's JSON mapping through prost-reflect).
+//! encoded descriptor set for `POST /json` (proto3's JSON mapping through prost-reflect). The
+//! xDS messages (`ads.proto`, `rls_conf.proto`) are compiled the same way, client and server:
+//! the server side serves the tests' own xDS server.
 
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    let files = [
+        "proto/envoy/service/ratelimit/v3/rls.proto",
+        // The xDS side: the ADS stream and the configuration resource it carries.
+        "proto/envoy/service/discovery/v3/ads.proto",
+        "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
     let set = protox::compile(files, ["proto"])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -154,14 +154,6 @@ const REFUSED: [(&str, &str); 12] = [
         "Redis TLS always verifies the host name",
     ),
     (
-        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-        "TLS to the xDS server is not supported",
-    ),
-    (
-        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-        "headers to the xDS server are not supported",
-    ),
-    (
         "REDIS_SENTINEL_AUTH",
         "a sentinel password is not supported",
     ),

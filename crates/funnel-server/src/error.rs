@@ -35,6 +35,8 @@ pub enum Error {
     },
     /// The configuration could not be watched for changes.
     Watch(String),
+    /// The xDS subscription could not start (its settings, a TLS file).
+    Xds(String),
     /// The statsd server's address could not be resolved or its socket opened.
     Statsd {
         /// The `host:port` given.
@@ -60,6 +62,7 @@ impl std::fmt::Display for Error {
             Error::Clock { interval, .. } => write!(f, "--recent-clock {interval:?}"),
             Error::Bind { listener, addr, .. } => write!(f, "cannot bind {listener} to {addr}"),
             Error::Watch(e) => write!(f, "{e}"),
+            Error::Xds(e) => write!(f, "xDS: {e}"),
             Error::Statsd { target, .. } => write!(f, "statsd at {target}"),
             Error::Serve { listener, .. } => write!(f, "the {listener} listener failed"),
         }
@@ -75,7 +78,7 @@ impl std::error::Error for Error {
             | Error::Bind { source, .. }
             | Error::Statsd { source, .. } => Some(source),
             Error::Serve { source, .. } => Some(source.as_ref()),
-            Error::Watch(_) => None,
+            Error::Watch(_) | Error::Xds(_) => None,
         }
     }
 }

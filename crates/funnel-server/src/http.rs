@@ -27,6 +27,9 @@ pub(crate) struct Http {
     pub(crate) draining: Arc<AtomicBool>,
     /// The forward-auth file (`--forward-auth`), if given.
     pub(crate) forward_auth: Option<Arc<crate::forward_auth::Settings>>,
+    /// Set while no configuration is in force and one is required to be healthy (xDS with
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    pub(crate) config_missing: Arc<AtomicBool>,
 }
 
 /// The router.
@@ -44,6 +47,9 @@ async fn health(State(s): State<Http>) -> Response {
     // Acquire: pairs with the Release store of the shutdown path.
     if s.draining.load(Ordering::Acquire) {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else if s.config_missing.load(Ordering::Acquire) {
+        // Acquire: pairs with the Release stores of the server's health follower.
+        (StatusCode::SERVICE_UNAVAILABLE, "no configuration\n").into_response()
     } else {
         (StatusCode::OK, "OK\n").into_response()
     }

@@ -16,14 +16,17 @@
 //! flow; `config` reads the YAML; `stats` counts, and `metrics`, `statsd` and `debug` report.
 //! `answers` holds envoyproxy/ratelimit's answer switches (shadow and quota modes, limit
 //! headers, per-descriptor charging) and `dynamic_metadata` the response's metadata;
-//! `forward_auth` serves nginx, Caddy and Traefik.
+//! `forward_auth` serves nginx, Caddy and Traefik; `xds` takes the configuration from an xDS
+//! server instead of files.
 
 mod answers;
+mod cli;
 mod clock;
 mod config;
 mod debug;
 mod decide;
 mod dynamic_metadata;
+mod environment;
 mod error;
 mod fleet;
 mod forward_auth;
@@ -42,10 +45,13 @@ mod server;
 mod stats;
 mod statsd;
 mod store;
+mod xds;
 
 pub use answers::{Answers, LimitHeaders};
+pub use cli::main;
 pub use error::Error;
 pub use funnel_redis::OnFailure;
 pub use rules::{RedisSettings, RedisType};
-pub use server::{run, Options};
+pub use server::{run, Options, Source};
+pub use xds::{Backoff, Tls, XdsOptions};
 pub use statsd::Statsd;

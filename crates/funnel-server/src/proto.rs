@@ -1,5 +1,6 @@
-//! The Envoy v3 messages and the `RateLimitService` server and client, generated at build time
-//! from `proto/` (see `build.rs`).
+//! The Envoy v3 messages and the `RateLimitService` server and client, and the xDS messages
+//! with the `AggregatedDiscoveryService` client and server, generated at build time from
+//! `proto/` (see `build.rs`).
 
 // Generated code: its own style, and more than the server uses (the client serves the tests).
 #![allow(missing_docs, dead_code, unused_imports, clippy::all, clippy::pedantic)]
@@ -28,9 +29,32 @@ pub(crate) mod envoy {
         }
     }
     pub mod service {
+        pub mod discovery {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.discovery.v3");
+            }
+        }
         pub mod ratelimit {
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+}
+
+/// `google.rpc`: the status a NACK carries.
+pub mod google {
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// `ratelimit.*`: the configuration resource served over xDS.
+pub mod ratelimit {
+    pub mod config {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("ratelimit.config.ratelimit.v3");
             }
         }
     }

@@ -1,7 +1,8 @@
 //! Live reload: the configuration's file or directory is watched (`notify`); on a change it
 //! is read and compiled again and swapped in whole, while requests keep flowing on the old
 //! one until the swap. A configuration that fails to load is logged and counted
-//! (`ratelimit_service_config_load_error`) and the one in force stays.
+//! (`ratelimit_service_config_load_error`) and the one in force stays. [`apply`] is the swap
+//! itself, shared with the configuration that arrives over xDS ([`crate::xds`]).
 //!
 //! The watch is on the directory (the file's own directory for a file), so an editor's
 //! rename-over-the-file and Kubernetes' swap of a ConfigMap's `..data` symlink are both seen.
@@ -23,30 +24,45 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Loads `path` again and swaps it in; on failure the configuration in force stays.
 /// `merge_domains`: a domain may be split over several files ([`Config::load`]).
 pub async fn reload(decider: &Decider, path: &Path, merge_domains: bool) -> Result<(), String> {
-    let result = match Config::load(path, merge_domains) {
+    let loaded = Config::load(path, merge_domains).map_err(|e| e.to_string());
+    apply(decider, loaded, &path.display().to_string())
+        .await
+        .map(|_| ())
+}
+
+/// Compiles a configuration loaded from `origin` (a path, or an xDS version) and swaps it in,
+/// counting the load; on failure (`loaded` an error, or a compile error) the configuration in
+/// force stays. The number of domains now in force on success.
+pub async fn apply(
+    decider: &Decider,
+    loaded: Result<Config, String>,
+    origin: &str,
+) -> Result<usize, String> {
+    let result = match loaded {
         Ok(config) => decider
             .registry()
             .compile(&config)
             .await
+            .map(|rules| (rules, config.domains.len()))
             .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     };
     match result {
-        Ok(rules) => {
+        Ok((rules, domains)) => {
             decider.set_rules(rules);
             decider
                 .stats()
                 .config_load_success
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(path = %path.display(), "configuration reloaded");
-            Ok(())
+            tracing::info!(origin, domains, "configuration loaded");
+            Ok(domains)
         }
         Err(e) => {
             decider
                 .stats()
                 .config_load_error
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::error!(error = %e, "configuration rejected; the previous one stays in force");
+            tracing::error!(origin, error = %e, "configuration rejected; the previous one stays in force");
             Err(e)
         }
     }

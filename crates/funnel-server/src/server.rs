@@ -1,5 +1,5 @@
-//! The server: configuration loaded, gRPC and HTTP bound (and the debug and Prometheus
-//! listeners when asked), reload watched, statistics sent to statsd when asked, and on
+//! The server: configuration loaded (from files, or subscribed to over xDS), gRPC and HTTP
+//! bound (and the debug and Prometheus listeners when asked), reload watched, statistics sent to statsd when asked, and on
 //! SIGTERM or SIGINT the health checks turned to failing, in-flight calls drained, and a clean
 //! exit.
 //!
@@ -30,13 +30,23 @@ use crate::limits::MAX_REQUEST_BYTES;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{RedisSettings, Registry};
 use crate::statsd::Statsd;
+use crate::xds::{Progress, XdsOptions};
+
+/// Where the configuration comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A YAML file or a directory of them.
+    Files(PathBuf),
+    /// An xDS server (`--xds`).
+    Xds(Box<XdsOptions>),
+}
 
 /// How the server runs (the command line's options).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Options {
-    /// A YAML file or a directory of them.
-    pub config: PathBuf,
+    /// The configuration's source.
+    pub source: Source,
     /// The gRPC address.
     pub grpc: SocketAddr,
     /// The HTTP address (`/healthcheck`, `/metrics`, `POST /json`), if any.
@@ -56,7 +66,7 @@ pub struct Options {
     /// envoyproxy/ratelimit's answer switches (shadow and quota modes, limit headers, dynamic
     /// metadata, charging denied requests).
     pub answers: crate::answers::Answers,
-    /// Watch the configuration and reload it.
+    /// Watch the configuration's files and reload them.
     pub watch: bool,
     /// Merge the files that name the same domain instead of refusing the second
     /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`).
@@ -69,11 +79,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// The options of a server reading `config`, with gRPC on `grpc` and nothing else: no
-    /// HTTP, no statistics sent, in process, no reload.
-    pub fn new(config: PathBuf, grpc: SocketAddr) -> Options {
+    /// The options of a server taking its configuration from `source`, with gRPC on `grpc`
+    /// and nothing else: no HTTP, no statistics sent, in process, no reload.
+    pub fn new(source: Source, grpc: SocketAddr) -> Options {
         Options {
-            config,
+            source,
             grpc,
             http: None,
             debug: None,
@@ -101,7 +111,13 @@ type Listener = (&'static str, JoinHandle<Result<(), Error>>);
 /// When it cannot start (the configuration, an address, the statsd server), or when a
 /// listener fails while serving.
 pub async fn run(opts: Options) -> Result<(), Error> {
-    let config = Config::load(&opts.config, opts.merge_domain_config).map_err(Error::Config)?;
+    let config = match &opts.source {
+        Source::Files(path) => {
+            Config::load(path, opts.merge_domain_config).map_err(Error::Config)?
+        }
+        // Nothing until the xDS server sends it.
+        Source::Xds(_) => Config::default(),
+    };
     let forward_auth = match &opts.forward_auth {
         Some(p) => Some(Arc::new(
             crate::forward_auth::Settings::load(p).map_err(Error::ForwardAuth)?,
@@ -119,21 +135,36 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let decider = Arc::new(
         Decider::new(rules, registry, opts.response_headers).with_answers(opts.answers.clone()),
     );
-    decider
-        .stats()
-        .config_load_success
-        .fetch_add(1, Ordering::Relaxed);
-    let _watcher = if opts.watch {
-        Some(
-            crate::reload::watch(
-                decider.clone(),
-                opts.config.clone(),
-                opts.merge_domain_config,
-            )
-            .map_err(Error::Watch)?,
-        )
-    } else {
-        None
+    let _watcher = match &opts.source {
+        Source::Files(path) => {
+            decider
+                .stats()
+                .config_load_success
+                .fetch_add(1, Ordering::Relaxed);
+            if opts.watch {
+                Some(
+                    crate::reload::watch(decider.clone(), path.clone(), opts.merge_domain_config)
+                        .map_err(Error::Watch)?,
+                )
+            } else {
+                None
+            }
+        }
+        Source::Xds(_) => None,
+    };
+    // Set while the health checks must fail for want of a configuration (xDS only).
+    let config_missing = Arc::new(AtomicBool::new(false));
+    let subscription = match &opts.source {
+        Source::Xds(xds) => match subscribe(xds, &decider, &config_missing)
+            .await
+            .map_err(Error::Xds)?
+        {
+            // Followed only when the health depends on the configuration.
+            Some(progress) => Some(progress).filter(|_| xds.healthy_needs_domains),
+            // Stopped by a signal before the first configuration came.
+            None => return Ok(()),
+        },
+        Source::Files(_) => None,
     };
     let statsd = match &opts.statsd {
         Some(s) => {
@@ -158,9 +189,23 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let draining = Arc::new(AtomicBool::new(false));
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<RateLimitServiceServer<Service>>()
-        .await;
+    // Acquire: pairs with the Release stores of `subscribe` and the health follower below.
+    if config_missing.load(Ordering::Acquire) {
+        health
+            .set_not_serving::<RateLimitServiceServer<Service>>()
+            .await;
+    } else {
+        health
+            .set_serving::<RateLimitServiceServer<Service>>()
+            .await;
+    }
+    let follower = subscription.map(|progress| {
+        tokio::spawn(follow_health(
+            progress,
+            config_missing.clone(),
+            health.clone(),
+        ))
+    });
 
     let service = RateLimitServiceServer::new(Service::new(decider.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -188,6 +233,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             decider: decider.clone(),
             draining: draining.clone(),
             forward_auth: forward_auth.clone(),
+            config_missing: config_missing.clone(),
         };
         listeners.push(serve_http(
             "HTTP",
@@ -231,10 +277,14 @@ pub async fn run(opts: Options) -> Result<(), Error> {
 
     // The line tests and scripts wait for: the addresses actually bound.
     println!("{line}");
-    tracing::info!(%grpc_addr, domains = config.domains.len(), "serving");
+    tracing::info!(%grpc_addr, domains = decider.rules().domains.len(), "serving");
 
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight calls");
+    // Stopped first, so that a configuration arriving now cannot turn the health back on.
+    if let Some(f) = follower {
+        f.abort();
+    }
     // Release: the health check's Acquire load sees the drain.
     draining.store(true, Ordering::Release);
     health
@@ -313,6 +363,59 @@ fn serve_http(
             })
     });
     (name, task)
+}
+
+/// Starts the xDS subscription; with `wait_for_first`, returns once a first response was
+/// processed (`None` if a signal came first). Its progress, for the health checks. The settings are checked before anything
+/// binds: a TLS file that cannot be read refuses the start.
+async fn subscribe(
+    xds: &XdsOptions,
+    decider: &Arc<Decider>,
+    config_missing: &AtomicBool,
+) -> Result<Option<watch::Receiver<Progress>>, String> {
+    crate::xds::client::endpoint(xds)?;
+    let (progress_tx, mut progress) = watch::channel(Progress::default());
+    tokio::spawn(crate::xds::subscribe(
+        xds.clone(),
+        decider.clone(),
+        progress_tx,
+    ));
+    if xds.wait_for_first {
+        tracing::info!(server = %xds.url, "waiting for the first configuration from the xDS server");
+        tokio::select! {
+            r = progress.wait_for(|p| p.responses > 0) => {
+                r.map_err(|_| "the xDS subscription stopped".to_owned())?;
+            }
+            () = shutdown_signal() => return Ok(None),
+        }
+    }
+    let missing = xds.healthy_needs_domains && progress.borrow().domains.unwrap_or(0) == 0;
+    // Release: read by the health checks (Acquire) once the servers are up.
+    config_missing.store(missing, Ordering::Release);
+    Ok(Some(progress))
+}
+
+/// Keeps the health checks failing while no configuration with a domain is in force
+/// (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), as each xDS response changes it.
+async fn follow_health(
+    mut progress: watch::Receiver<Progress>,
+    config_missing: Arc<AtomicBool>,
+    health: tonic_health::server::HealthReporter,
+) {
+    while progress.changed().await.is_ok() {
+        let missing = progress.borrow_and_update().domains.unwrap_or(0) == 0;
+        // Release: pairs with the health checks' Acquire loads.
+        config_missing.store(missing, Ordering::Release);
+        if missing {
+            health
+                .set_not_serving::<RateLimitServiceServer<Service>>()
+                .await;
+        } else {
+            health
+                .set_serving::<RateLimitServiceServer<Service>>()
+                .await;
+        }
+    }
 }
 
 /// SIGTERM (what Kubernetes sends) or SIGINT.

@@ -260,7 +260,6 @@ impl Config {
             vec![path.to_path_buf()]
         };
         let mut config = Config::default();
-        let mut index: HashMap<String, usize> = HashMap::new();
         for file in files {
             let err = |kind| ConfigError {
                 file: file.clone(),
@@ -274,22 +273,29 @@ impl Config {
                 return Err(err(ConfigErrorKind::TooLarge));
             }
             let text = std::fs::read_to_string(&file).map_err(|e| err(ConfigErrorKind::Read(e)))?;
-            let domain = parse_domain(&text, &file)?;
-            match index.get(&domain.domain) {
-                None => {
-                    index.insert(domain.domain.clone(), config.domains.len());
-                    config.domains.push(domain);
-                }
-                Some(&i) if merge_domains => merge(&mut config.domains[i], domain)?,
-                Some(&i) => {
-                    return Err(err(ConfigErrorKind::DuplicateDomain {
-                        domain: domain.domain,
-                        first: config.domains[i].file.clone(),
-                    }))
-                }
-            }
+            config.add(parse_domain(&text, &file)?, merge_domains)?;
         }
         Ok(config)
+    }
+
+    /// Adds one file's domain: a domain already held is refused, or with `merge_domains` its
+    /// descriptors are added to the first one's (a `key_value` both define is refused).
+    pub fn add(&mut self, domain: Domain, merge_domains: bool) -> Result<(), ConfigError> {
+        match self.domains.iter_mut().find(|d| d.domain == domain.domain) {
+            None => {
+                self.domains.push(domain);
+                Ok(())
+            }
+            Some(first) if merge_domains => merge(first, domain),
+            Some(first) => Err(ConfigError {
+                file: domain.file.clone(),
+                line: 0,
+                kind: ConfigErrorKind::DuplicateDomain {
+                    domain: domain.domain,
+                    first: first.file.clone(),
+                },
+            }),
+        }
     }
 }
 

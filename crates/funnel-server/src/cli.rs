@@ -1,0 +1,566 @@
+//! The command line of the `funnel-server` binary: its flags, and envoyproxy/ratelimit's
+//! environment variables where a flag is not given (`environment.rs`, and the xDS ones in
+//! [`xds_env`]).
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use crate::answers::{Answers, LimitHeaders};
+use crate::environment;
+use crate::rules::{RedisSettings, RedisType};
+use crate::server::{run, Options, Source};
+use crate::statsd::Statsd;
+use crate::xds::{self, XdsOptions};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OnRedisFailure {
+    /// Allow while Redis cannot answer.
+    Open,
+    /// Deny while Redis cannot answer.
+    Closed,
+    /// Decide locally on the quota divided by --fleet-size.
+    Local,
+}
+
+/// Envoy's rate-limit service (envoy.service.ratelimit.v3) on funnel.
+///
+/// envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, GRPC_PORT, REDIS_URL,
+/// USE_STATSD, ...) are read too; a flag wins over its variable.
+#[derive(Debug, Parser)]
+#[command(version, about, args_override_self = true)]
+struct Args {
+    /// A YAML configuration file, or a directory of them (envoyproxy/ratelimit's format).
+    /// This or --xds.
+    #[arg(long, conflicts_with = "xds")]
+    config: Option<PathBuf>,
+    /// Take the configuration from an xDS server instead (`host:port`, `http://host:port`,
+    /// `https://host:port`), as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW does.
+    #[arg(long, value_name = "URL")]
+    xds: Option<String>,
+    /// The node id sent to the xDS server, which selects the configuration by it
+    /// [default: default].
+    #[arg(long, value_name = "ID")]
+    xds_node_id: Option<String>,
+    /// The node metadata sent to the xDS server: `key=value,key=value`.
+    #[arg(long, value_name = "PAIRS")]
+    xds_node_metadata: Option<String>,
+    /// Headers added to the xDS stream: `name:value,name:value`.
+    #[arg(long, value_name = "PAIRS")]
+    xds_headers: Option<String>,
+    /// TLS to the xDS server (implied by an https:// URL).
+    #[arg(long)]
+    xds_tls: bool,
+    /// The PEM CA certificate the xDS server's certificate must chain to [default: the
+    /// system's roots].
+    #[arg(long, value_name = "FILE")]
+    xds_tls_ca: Option<PathBuf>,
+    /// The PEM client certificate for mutual TLS to the xDS server (with --xds-tls-key).
+    #[arg(long, value_name = "FILE")]
+    xds_tls_cert: Option<PathBuf>,
+    /// The PEM key of --xds-tls-cert.
+    #[arg(long, value_name = "FILE")]
+    xds_tls_key: Option<PathBuf>,
+    /// The name the xDS server's certificate must carry [default: the URL's host].
+    #[arg(long, value_name = "NAME")]
+    xds_tls_server_name: Option<String>,
+    /// The first wait before reconnecting to the xDS server, as a Go duration [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = xds::settings::go_duration)]
+    xds_backoff_initial: Option<std::time::Duration>,
+    /// The longest wait before reconnecting [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = xds::settings::go_duration)]
+    xds_backoff_max: Option<std::time::Duration>,
+    /// The growth of the wait per failed attempt [default: 0.5, which keeps the first wait].
+    #[arg(long, value_name = "FACTOR")]
+    xds_backoff_factor: Option<f64>,
+    /// Draw each wait at random between the first and the computed one [default: true].
+    #[arg(long, value_name = "BOOL", value_parser = xds::settings::go_bool)]
+    xds_backoff_jitter: Option<bool>,
+    /// The largest xDS response accepted, in bytes [default: 4 MiB].
+    #[arg(long, value_name = "BYTES")]
+    xds_max_message_bytes: Option<usize>,
+    /// With --xds, serve at once instead of after the first response (before it, every
+    /// domain is unknown: OK without a limit).
+    #[arg(long)]
+    force_start_without_initial_config: bool,
+    /// With --xds, fail the health checks while no configuration with a domain is in force.
+    #[arg(long)]
+    healthy_with_at_least_one_config_loaded: bool,
+    /// The gRPC address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    grpc: SocketAddr,
+    /// The HTTP address (/healthcheck, /metrics, POST /json).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// The debug address (/rlconfig, /stats); none unless given.
+    #[arg(long)]
+    debug: Option<SocketAddr>,
+    /// Serve the Prometheus exposition on a listener of its own too (the HTTP address always
+    /// serves it at /metrics).
+    #[arg(long)]
+    prometheus: Option<SocketAddr>,
+    /// The path of the exposition on --prometheus.
+    #[arg(long, default_value = "/metrics")]
+    prometheus_path: String,
+    /// Send statistics with envoyproxy/ratelimit's names to this statsd server (UDP,
+    /// host:port).
+    #[arg(long, value_name = "HOST:PORT")]
+    statsd: Option<String>,
+    /// How often statistics go to statsd (a Go duration: 10s, 500ms, 1m).
+    #[arg(long, default_value = "10s", value_parser = environment::go_duration)]
+    stats_flush_interval: Duration,
+    /// Tags added to every statsd statistic: `tag:value,tag:value`.
+    #[arg(long, value_parser = parse_tags)]
+    extra_tags: Option<Tags>,
+    /// Count in Redis, shared by every instance pointed at it (redis://host:port/).
+    #[arg(long)]
+    redis: Option<String>,
+    /// What --redis names: one server, a cluster's seed nodes, or sentinels.
+    #[arg(long, value_enum, default_value = "single")]
+    redis_type: RedisTypeArg,
+    /// What to answer when Redis cannot decide.
+    #[arg(long, value_enum, default_value = "closed")]
+    on_redis_failure: OnRedisFailure,
+    /// Instances sharing the limits, for --on-redis-failure local.
+    #[arg(long, default_value_t = 1)]
+    fleet_size: u32,
+    /// Keys held in the local deny cache of each rule with --redis (0: no cache).
+    #[arg(long, default_value_t = 100_000)]
+    deny_cache: usize,
+    /// Milliseconds a decision waits for Redis before --on-redis-failure answers.
+    ///
+    /// The default leaves room for a busy Redis or a loaded host: a shorter wait turns slow
+    /// but admissible calls into --on-redis-failure answers (denials under `closed`), which
+    /// costs more than the wait (BENCHMARKS.md has the sweep). Envoy's own timeout for the
+    /// rate-limit call may be shorter; Envoy then applies its failure mode first.
+    #[arg(long, default_value_t = 50)]
+    redis_timeout_ms: u64,
+    /// The most keys one rule's table holds (the least indebted is evicted beyond).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_keys: usize,
+    /// Add the IETF RateLimit-Policy and RateLimit fields to response_headers_to_add.
+    #[arg(long)]
+    response_headers: bool,
+    /// Answer OK overall even over the limit; statuses keep their codes (envoyproxy's
+    /// SHADOW_MODE).
+    #[arg(long)]
+    shadow_mode: bool,
+    /// Put every descriptor with a limit in quota mode: over the limit only when every one is,
+    /// or a rate-limit mode one is (envoyproxy's QUOTA_MODE).
+    #[arg(long)]
+    quota_mode: bool,
+    /// Fill the response's dynamic_metadata: domain, descriptors, hits_addend, and the rules'
+    /// metadata (envoyproxy's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long)]
+    response_dynamic_metadata: bool,
+    /// Add the limit, remaining and reset headers of the descriptor closest to its limit
+    /// (envoyproxy's LIMIT_RESPONSE_HEADERS_ENABLED).
+    #[arg(long)]
+    limit_response_headers: bool,
+    /// The limit header's name, with --limit-response-headers (LIMIT_LIMIT_HEADER).
+    #[arg(long, value_name = "NAME", default_value = "RateLimit-Limit", value_parser = header_name)]
+    limit_limit_header: String,
+    /// The remaining header's name, with --limit-response-headers (LIMIT_REMAINING_HEADER).
+    #[arg(long, value_name = "NAME", default_value = "RateLimit-Remaining", value_parser = header_name)]
+    limit_remaining_header: String,
+    /// The reset header's name, with --limit-response-headers (LIMIT_RESET_HEADER).
+    #[arg(long, value_name = "NAME", default_value = "RateLimit-Reset", value_parser = header_name)]
+    limit_reset_header: String,
+    /// Charge every descriptor on its own even when another denies the request, as
+    /// envoyproxy/ratelimit does (funnel's default charges all or nothing).
+    #[arg(long)]
+    charge_denied: bool,
+    /// Do not watch the configuration for changes.
+    #[arg(long)]
+    no_watch: bool,
+    /// Merge configuration files that name the same domain (envoyproxy/ratelimit's
+    /// MERGE_DOMAIN_CONFIG); without it a domain in two files is refused.
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// Decide on a time refreshed every <interval> (`250us`, `1ms`; 10us to 1000ms) instead of
+    /// reading the clock per decision: each limit may admit up to one interval's worth of its
+    /// rate more than exact. Not worth it beside a gRPC round trip unless measured.
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_interval)]
+    recent_clock: Option<Duration>,
+    /// Serve /forward-auth/<domain> on the HTTP port with this file's actions (nginx, Caddy,
+    /// Traefik).
+    #[arg(long, value_name = "FILE")]
+    forward_auth: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RedisTypeArg {
+    /// One Redis server.
+    Single,
+    /// A Redis Cluster, from comma-separated seed nodes.
+    Cluster,
+    /// A master found through sentinels: `master_name,host:port,host:port`.
+    Sentinel,
+}
+
+/// `--extra-tags`' pairs.
+#[derive(Clone, Debug)]
+struct Tags(Vec<(String, String)>);
+
+/// `tag:value,tag:value`, as envoyproxy/ratelimit's EXTRA_TAGS.
+fn parse_tags(s: &str) -> Result<Tags, String> {
+    let mut tags = Vec::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once(':')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| format!("{pair:?}: expected tag:value"))?;
+        tags.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(Tags(tags))
+}
+
+/// `<n>us` or `<n>ms`, as the example proxy of funnel-tower reads `--recent-clock`.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let (digits, unit): (&str, fn(u64) -> Duration) = if let Some(n) = s.strip_suffix("us") {
+        (n, Duration::from_micros)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, Duration::from_millis)
+    } else {
+        return Err(format!("{s:?}: expected <n>us or <n>ms"));
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?}: expected <n>us or <n>ms with a whole number"))?;
+    let d = unit(n);
+    if d < Duration::from_micros(10) || d > Duration::from_secs(1) {
+        return Err(format!("{s:?}: the interval must be 10us to 1000ms"));
+    }
+    Ok(d)
+}
+
+/// Checks a header name: one or more of HTTP's token characters (RFC 9110, 5.6.2), so that
+/// Envoy can add it.
+///
+/// # Errors
+///
+/// The name, and what is wrong with it.
+fn header_name(name: &str) -> Result<String, String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() {
+        return Err("a header name cannot be empty".into());
+    }
+    if let Some(c) = name.chars().find(|c| !token(*c)) {
+        return Err(format!("{name:?}: {c:?} cannot be in a header name"));
+    }
+    Ok(name.to_owned())
+}
+
+/// envoyproxy/ratelimit's environment variables of the xDS configuration source
+/// (`CONFIG_TYPE=GRPC_XDS_SOTW`, `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*`,
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG`, `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), each read
+/// where no flag gave the same setting: flags win.
+fn xds_env(args: &mut Args, env: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let get = |name: &str| env(name).filter(|v| !v.is_empty());
+    fn parsed<T>(
+        value: Option<String>,
+        name: &str,
+        f: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, String> {
+        value
+            .map(|v| f(&v).map_err(|e| format!("{name}: {e}")))
+            .transpose()
+    }
+    let parse = |name: &str, f: fn(&str) -> Result<bool, String>| parsed(get(name), name, f);
+    match get("CONFIG_TYPE").as_deref() {
+        None | Some("FILE") => {}
+        Some("GRPC_XDS_SOTW") => {
+            if args.config.is_none() && args.xds.is_none() {
+                let url = get("CONFIG_GRPC_XDS_SERVER_URL");
+                args.xds = Some(url.unwrap_or_else(|| xds::settings::DEFAULT_SERVER.into()));
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "CONFIG_TYPE={other:?}: expected FILE or GRPC_XDS_SOTW"
+            ))
+        }
+    }
+    let text = |slot: &mut Option<String>, name: &str| {
+        if slot.is_none() {
+            *slot = get(name);
+        }
+    };
+    text(&mut args.xds_node_id, "CONFIG_GRPC_XDS_NODE_ID");
+    text(&mut args.xds_node_metadata, "CONFIG_GRPC_XDS_NODE_METADATA");
+    text(
+        &mut args.xds_headers,
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+    );
+    text(
+        &mut args.xds_tls_server_name,
+        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+    );
+    let path = |slot: &mut Option<PathBuf>, name: &str| {
+        if slot.is_none() {
+            *slot = get(name).map(PathBuf::from);
+        }
+    };
+    path(&mut args.xds_tls_ca, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT");
+    path(&mut args.xds_tls_cert, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT");
+    path(&mut args.xds_tls_key, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY");
+    let flag = |name: &str| parse(name, xds::settings::go_bool).map(|b| b == Some(true));
+    let jitter = parse("XDS_CLIENT_BACKOFF_JITTER", xds::settings::go_bool)?;
+    args.xds_tls |= flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")?;
+    args.force_start_without_initial_config |= flag("FORCE_START_WITHOUT_INITIAL_CONFIG")?;
+    args.healthy_with_at_least_one_config_loaded |=
+        flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")?;
+    if args.xds_backoff_initial.is_none() {
+        let name = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL";
+        args.xds_backoff_initial = parsed(get(name), name, xds::settings::go_duration)?;
+    }
+    if args.xds_backoff_max.is_none() {
+        let name = "XDS_CLIENT_BACKOFF_MAX_INTERVAL";
+        args.xds_backoff_max = parsed(get(name), name, xds::settings::go_duration)?;
+    }
+    if args.xds_backoff_factor.is_none() {
+        let name = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR";
+        args.xds_backoff_factor = parsed(get(name), name, |v| {
+            v.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("{v:?}: expected a number"))
+        })?;
+    }
+    if args.xds_backoff_jitter.is_none() {
+        args.xds_backoff_jitter = jitter;
+    }
+    if args.xds_max_message_bytes.is_none() {
+        let name = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES";
+        args.xds_max_message_bytes = parsed(get(name), name, |v| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{v:?}: expected a number of bytes"))
+        })?;
+    }
+    Ok(())
+}
+
+/// The configuration's source: --config or --xds, exactly one.
+fn source(args: &Args) -> Result<Source, String> {
+    let url = match (&args.config, &args.xds) {
+        (Some(path), None) => return Ok(Source::Files(path.clone())),
+        (None, Some(url)) => url,
+        (Some(_), Some(_)) => return Err("give --config or --xds, not both".into()),
+        (None, None) => {
+            return Err(
+                "no configuration: give --config <file or directory>, or --xds <url> \
+                 (or CONFIG_TYPE=GRPC_XDS_SOTW in the environment)"
+                    .into(),
+            )
+        }
+    };
+    let tls = args.xds_tls || url.trim().starts_with("https://");
+    let url = xds::settings::server_url(url, tls).map_err(|e| format!("--xds {e}"))?;
+    let identity = match (&args.xds_tls_cert, &args.xds_tls_key) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (None, None) => None,
+        _ => return Err("--xds-tls-cert and --xds-tls-key go together".into()),
+    };
+    let tls_files = args.xds_tls_ca.is_some() || identity.is_some();
+    if tls_files && !tls {
+        return Err(
+            "TLS files given for the xDS server, but no TLS: add --xds-tls \
+             (CONFIG_GRPC_XDS_SERVER_USE_TLS=true) or write https://"
+                .into(),
+        );
+    }
+    let defaults = xds::Backoff::default();
+    let backoff = xds::Backoff {
+        initial: args.xds_backoff_initial.unwrap_or(defaults.initial),
+        max: args.xds_backoff_max.unwrap_or(defaults.max),
+        factor: args.xds_backoff_factor.unwrap_or(defaults.factor),
+        jitter: args.xds_backoff_jitter.unwrap_or(defaults.jitter),
+    };
+    if !(backoff.factor.is_finite() && backoff.factor >= 0.0) {
+        return Err(format!(
+            "the xDS backoff factor {} must be a number from 0 up",
+            backoff.factor
+        ));
+    }
+    Ok(Source::Xds(Box::new(XdsOptions {
+        url,
+        node_id: args.xds_node_id.clone().unwrap_or_else(|| "default".into()),
+        node_metadata: xds::settings::node_metadata(
+            args.xds_node_metadata.as_deref().unwrap_or(""),
+        )?,
+        headers: xds::settings::headers(args.xds_headers.as_deref().unwrap_or(""))?,
+        tls: tls.then(|| xds::Tls {
+            ca: args.xds_tls_ca.clone(),
+            identity,
+            server_name: args.xds_tls_server_name.clone(),
+        }),
+        backoff,
+        max_message_bytes: args.xds_max_message_bytes,
+        wait_for_first: !args.force_start_without_initial_config,
+        healthy_needs_domains: args.healthy_with_at_least_one_config_loaded,
+    })))
+}
+
+impl Args {
+    fn into_options(self, source: Source) -> Options {
+        let on_failure = match self.on_redis_failure {
+            OnRedisFailure::Open => funnel_redis::OnFailure::Open,
+            OnRedisFailure::Closed => funnel_redis::OnFailure::Closed,
+            OnRedisFailure::Local => funnel_redis::OnFailure::Local {
+                instances: self.fleet_size.max(1),
+            },
+        };
+        let redis_type = match self.redis_type {
+            RedisTypeArg::Single => RedisType::Single,
+            RedisTypeArg::Cluster => RedisType::Cluster,
+            RedisTypeArg::Sentinel => RedisType::Sentinel,
+        };
+        let mut opts = Options::new(source, self.grpc);
+        opts.http = Some(self.http);
+        opts.debug = self.debug;
+        opts.prometheus = self.prometheus.map(|a| (a, self.prometheus_path));
+        opts.statsd = self.statsd.map(|target| Statsd {
+            target,
+            flush_interval: self.stats_flush_interval,
+            extra_tags: self.extra_tags.map(|t| t.0).unwrap_or_default(),
+        });
+        opts.redis = self.redis.map(|url| RedisSettings {
+            url,
+            redis_type,
+            on_failure,
+            deny_cache: self.deny_cache,
+            timeout: Some(Duration::from_millis(self.redis_timeout_ms)),
+        });
+        opts.max_keys = self.max_keys.max(1);
+        opts.response_headers = self.response_headers;
+        opts.answers = Answers {
+            shadow_mode: self.shadow_mode,
+            quota_mode: self.quota_mode,
+            dynamic_metadata: self.response_dynamic_metadata,
+            limit_headers: self.limit_response_headers.then_some(LimitHeaders {
+                limit: self.limit_limit_header,
+                remaining: self.limit_remaining_header,
+                reset: self.limit_reset_header,
+            }),
+            charge_denied: self.charge_denied,
+        };
+        opts.watch = !self.no_watch;
+        opts.merge_domain_config = self.merge_domain_config;
+        opts.recent_clock = self.recent_clock;
+        opts.forward_auth = self.forward_auth;
+        opts
+    }
+}
+
+/// The arguments: those the environment means, then the command line's (which win).
+fn arguments(env: &environment::FromEnvironment) -> Result<Args, String> {
+    let command = Args::command();
+    let mut all: Vec<OsString> = std::env::args_os().take(1).collect();
+    for (args, vars) in &env.args {
+        let flag = args[0].to_string_lossy();
+        let known = command
+            .get_arguments()
+            .any(|a| a.get_long() == flag.strip_prefix("--"));
+        if !known {
+            return Err(format!(
+                "{vars} asks for {flag}, which this build of funnel-server does not have"
+            ));
+        }
+        all.extend(args.iter().cloned());
+    }
+    all.extend(std::env::args_os().skip(1));
+    let matches = match command.try_get_matches_from(all) {
+        Ok(m) => m,
+        // --help, --version and usage errors print themselves, as clap's own parse does.
+        Err(e) => e.exit(),
+    };
+    Args::from_arg_matches(&matches).map_err(|e| e.to_string())
+}
+
+fn init_logging(env: &environment::FromEnvironment) {
+    // RUST_LOG wins over LOG_LEVEL, which wins over the default.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(env.log_level.unwrap_or("info")));
+    let fmt = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if env.log_json {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+}
+
+/// The binary's body: reads the command line and the environment, serves until SIGTERM or
+/// SIGINT, and says why it stopped when it could not start.
+pub fn main() -> ExitCode {
+    let env = match environment::translate(|name| std::env::var(name).ok()) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("funnel-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(&env);
+    for (var, why) in &env.ignored {
+        tracing::info!(variable = var, "ignored: {why}");
+    }
+    let mut args = match arguments(&env) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("funnel-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = xds_env(&mut args, |name| std::env::var(name).ok()) {
+        eprintln!("funnel-server: {e}");
+        return ExitCode::FAILURE;
+    }
+    let source = match source(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("funnel-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("funnel-server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args.into_options(source))) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                message.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("funnel-server: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_names_are_tokens() {
+        assert_eq!(
+            header_name("X-RateLimit-Limit"),
+            Ok("X-RateLimit-Limit".into())
+        );
+        assert!(header_name("").is_err());
+        assert!(header_name("X Limit").is_err());
+        assert!(header_name("X-Limit:").is_err());
+        assert!(header_name("X-Limit\r\n").is_err());
+    }
+}

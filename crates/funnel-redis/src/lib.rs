@@ -189,6 +189,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod joint;
 mod limiter;
 mod link;
 mod marker;
@@ -199,6 +200,7 @@ mod script;
 
 pub use builder::Builder;
 pub use error::{Error, Failure};
+pub use joint::{check_all, peek_all, Joint, JointEntry};
 pub use limiter::RedisLimiter;
 pub use policy::{OnFailure, Stats};
 

@@ -369,10 +369,15 @@ impl Decider {
                 }
             }
         }
+        // The local entries' charged decisions, to roll back if Redis denies the request.
+        let mut charged_here: Vec<Decision> = Vec::new();
         if admitted && !local.is_empty() {
             let entries: Vec<&dyn Charge> = local.iter().map(|(_, e)| e as &dyn Charge).collect();
             let multi = check_all(&entries, now);
             admitted = multi.is_allowed();
+            if admitted {
+                charged_here = multi.decisions().to_vec();
+            }
             for (j, ((i, e), d)) in local.iter().zip(multi.decisions()).enumerate() {
                 out[*i] = Some(if admitted || multi.denied_by() == Some(j) {
                     Outcome::of(d)
@@ -391,15 +396,43 @@ impl Decider {
                 }
             }
         }
-        // Redis: one descriptor after the other; a denial stops the charging (funnel-redis
-        // has no refund, so the descriptors charged before it stay charged).
-        for i in fleet {
-            let Plan::Count(c) = &plans[i] else { continue };
-            let Where::Redis(r) = c.where_ else { continue };
-            let n = if admitted { c.n } else { 0 };
-            out[i] = Some(redis_outcome(r, &c.key, n).await);
-            if out[i].as_ref().is_some_and(|o| o.over) {
+        // Redis: every deciding descriptor in one script, all or nothing (`fleet.rs`); a
+        // denial there gives back the local charges above.
+        if !fleet.is_empty() {
+            let entries: Vec<(&funnel_redis::RedisLimiter, &str, u64)> = fleet
+                .iter()
+                .filter_map(|&i| match &plans[i] {
+                    Plan::Count(c) => match c.where_ {
+                        Where::Redis(r) => Some((r, c.key.as_str(), c.n)),
+                        Where::Local(_) => None,
+                    },
+                    _ => None,
+                })
+                .collect();
+            let answers = crate::fleet::charge(&entries, admitted).await;
+            for (&i, a) in fleet.iter().zip(&answers.entries) {
+                out[i] = Some(match a {
+                    crate::fleet::Answer::Decided(d) => Outcome::of(d),
+                    crate::fleet::Answer::Uncharged { asked, before } => {
+                        Outcome::uncharged(asked, before)
+                    }
+                    crate::fleet::Answer::Failed { limit, reset } => Outcome {
+                        over: true,
+                        remaining: 0,
+                        limit: *limit,
+                        reset: *reset,
+                    },
+                });
+            }
+            if admitted && !answers.admitted {
                 admitted = false;
+                for ((i, e), d) in local.iter().zip(&charged_here) {
+                    let undone = e.undo(d, now);
+                    out[*i] = Some(Outcome::uncharged(
+                        &undone,
+                        &e.table.estimate(e.key, 0, now, e.quota),
+                    ));
+                }
             }
         }
         // The rest: shadow mode, check-only, refunds.

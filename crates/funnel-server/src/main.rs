@@ -34,6 +34,20 @@ struct Args {
     /// Count in Redis, shared by every instance pointed at it (redis://host:port/).
     #[arg(long)]
     redis: Option<String>,
+    /// How --redis reaches Redis: one server (`host:port` or a URL), a cluster (seed nodes,
+    /// comma-separated) or sentinel (`master_name,host:port[,host:port...]`).
+    #[arg(long, value_enum, default_value = "single")]
+    redis_type: funnel_server::fleet::RedisType,
+    /// `password` or `user:password` for every Redis server.
+    #[arg(long)]
+    redis_auth: Option<String>,
+    /// Reach every `host:port` of --redis over TLS (`rediss://`).
+    #[arg(long)]
+    redis_tls: bool,
+    /// `domain`: every Redis key of a domain in one cluster slot, so that a request's
+    /// descriptors are charged together in one script on a cluster too.
+    #[arg(long, value_enum, default_value = "none")]
+    redis_hash_tag: funnel_server::fleet::HashTag,
     /// What to answer when Redis cannot decide.
     #[arg(long, value_enum, default_value = "closed")]
     on_redis_failure: OnRedisFailure,
@@ -104,6 +118,10 @@ fn main() -> ExitCode {
         http: Some(args.http),
         redis: args.redis.map(|url| RedisSettings {
             url,
+            redis_type: args.redis_type,
+            auth: args.redis_auth,
+            tls: args.redis_tls,
+            hash_tag: args.redis_hash_tag,
             on_failure,
             deny_cache: args.deny_cache,
             timeout: args.redis_timeout_ms.map(std::time::Duration::from_millis),

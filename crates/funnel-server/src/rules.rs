@@ -118,8 +118,17 @@ pub struct Rules {
 /// Where rules count in a fleet: the Redis URL and the limiter settings.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
-    /// `redis://...`
+    /// `--redis`: a URL or `host:port`, a list of them, or a master name and sentinels, by
+    /// `redis_type` (see `fleet.rs`).
     pub url: String,
+    /// Single server, cluster or sentinel.
+    pub redis_type: crate::fleet::RedisType,
+    /// `password` or `user:password` for every server (`--redis-auth`, `REDIS_AUTH`).
+    pub auth: Option<String>,
+    /// `rediss://` for every `host:port` of `url` (`--redis-tls`, `REDIS_TLS`).
+    pub tls: bool,
+    /// Where a request's keys land on a cluster.
+    pub hash_tag: crate::fleet::HashTag,
     /// What to answer when Redis cannot.
     pub on_failure: funnel_redis::OnFailure,
     /// Keys kept in the local deny cache (0 = none).
@@ -268,18 +277,14 @@ impl Registry {
                 let rpu = limit.requests_per_unit;
                 let q = crate::store::gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu))
                     .map_err(|e| e.to_string())?;
-                // The quota is part of the prefix: a rule whose quota changed starts afresh,
-                // as it does in process.
-                let prefix = format!(
-                    "funnel-server:{}:{}:{}:{}:{}:",
-                    id.domain,
-                    id.rule,
+                let quota = format!(
+                    "{}:{}:{}",
                     rpu,
                     limit.unit.envoy_number(),
                     limit.burst.unwrap_or(rpu)
                 );
-                let mut builder = funnel_redis::RedisLimiter::builder(r.url.clone(), q)
-                    .prefix(prefix)
+                let mut builder = crate::fleet::builder(r, q)?
+                    .prefix(crate::fleet::prefix(r, &id.domain, &id.rule, &quota))
                     .deny_cache(r.deny_cache)
                     .on_failure(r.on_failure);
                 if let Some(t) = r.timeout {

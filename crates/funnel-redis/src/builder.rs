@@ -24,6 +24,9 @@ pub struct Builder {
     sentinel: Option<String>,
     /// User and password for every Redis server (not the sentinels), over the URLs' own.
     auth: Option<(Option<String>, String)>,
+    /// The certificate (PEM) `rediss://` servers are checked against, instead of the system's.
+    #[cfg(feature = "tls")]
+    tls_root: Option<Vec<u8>>,
     quota: Quota,
     backend: Backend,
     prefix: String,
@@ -51,6 +54,8 @@ impl RedisLimiter {
             cluster: false,
             sentinel: None,
             auth: None,
+            #[cfg(feature = "tls")]
+            tls_root: None,
             quota,
             backend: Backend::Script,
             prefix: "funnel:".into(),
@@ -199,6 +204,28 @@ impl Builder {
     pub fn auth(mut self, user: Option<String>, password: impl Into<String>) -> Self {
         self.auth = Some((user, password.into()));
         self
+    }
+
+    /// The certificate authority (PEM) that `rediss://` servers' certificates must chain to,
+    /// instead of the system's root certificates: for a private CA. Cargo feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
+        self
+    }
+
+    /// A client for `info`, with [`tls_root_certificate`](Self::tls_root_certificate) when
+    /// given.
+    fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, Error> {
+        #[cfg(feature = "tls")]
+        if let Some(root) = &self.tls_root {
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            };
+            return redis::Client::build_with_tls(info, certificates).map_err(Error::InvalidUrl);
+        }
+        redis::Client::open(info).map_err(Error::InvalidUrl)
     }
 
     /// Checks the settings, starts connecting, and waits for the first attempt to end
@@ -360,12 +387,19 @@ impl Builder {
     fn target(&self) -> Result<Target, Error> {
         #[cfg(feature = "cluster")]
         if self.cluster {
-            let client = redis::cluster::ClusterClient::builder(self.infos()?)
+            let builder = redis::cluster::ClusterClient::builder(self.infos()?)
                 .connection_timeout(self.connect_timeout)
                 .response_timeout(self.response_timeout())
-                .retries(2)
-                .build()
-                .map_err(Error::InvalidUrl)?;
+                .retries(2);
+            #[cfg(feature = "tls")]
+            let builder = match &self.tls_root {
+                Some(root) => builder.certs(redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root.clone()),
+                }),
+                None => builder,
+            };
+            let client = builder.build().map_err(Error::InvalidUrl)?;
             return Ok(Target::Cluster(client));
         }
         if let Some(master) = &self.sentinel {
@@ -379,7 +413,7 @@ impl Builder {
                 setting: "url",
                 reason: "no Redis URL given".into(),
             })?;
-        let client = redis::Client::open(info).map_err(Error::InvalidUrl)?;
+        let client = self.client(info)?;
         // No retries inside the manager: its retry delays come from a jitter generator with a
         // fixed seed (the redis crate builds `backon` without `std`), so a refused first
         // connection was retried after about 1.5 s and then after about 2 minutes, and the
@@ -426,7 +460,7 @@ impl Builder {
                 .into_connection_info()
                 .map_err(Error::InvalidUrl)?;
             first.get_or_insert_with(|| info.clone());
-            sentinels.push(redis::Client::open(info).map_err(Error::InvalidUrl)?);
+            sentinels.push(self.client(info)?);
         }
         let first = first.ok_or_else(|| Error::InvalidSetting {
             setting: "sentinel",
@@ -449,6 +483,8 @@ impl Builder {
                 sentinels,
                 settings,
                 tls: matches!(first.addr, redis::ConnectionAddr::TcpTls { .. }),
+                #[cfg(feature = "tls")]
+                tls_root: self.tls_root.clone(),
                 connect_timeout: self.connect_timeout,
                 config: self.manager_config(),
             },

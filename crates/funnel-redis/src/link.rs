@@ -47,6 +47,9 @@ pub(crate) struct Sentinel {
     pub(crate) settings: redis::RedisConnectionInfo,
     /// Whether the primary is reached over TLS.
     pub(crate) tls: bool,
+    /// The certificate authority the primary's certificate must chain to, when not the system's.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root: Option<Vec<u8>>,
     /// How long asking one sentinel may take.
     pub(crate) connect_timeout: Duration,
     pub(crate) config: ConnectionManagerConfig,
@@ -101,10 +104,23 @@ impl Sentinel {
         } else {
             redis::ConnectionAddr::Tcp(host, port)
         };
-        let client = redis::Client::open(redis::ConnectionInfo {
+        let info = redis::ConnectionInfo {
             addr,
             redis: self.settings.clone(),
-        })?;
+        };
+        #[cfg(feature = "tls")]
+        let client = match &self.tls_root {
+            Some(root) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root.clone()),
+                },
+            )?,
+            None => redis::Client::open(info)?,
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = redis::Client::open(info)?;
         let mut conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
         let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
         match role.first() {

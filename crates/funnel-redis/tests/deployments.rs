@@ -1,12 +1,13 @@
 //! The ways a deployment reaches Redis, each against real `redis-server` processes started
 //! here: a primary found through Redis Sentinel (and found again after the sentinel promotes
-//! its replica), and a server that requires a password.
+//! its replica), a server that requires a password, and one reached over TLS with a
+//! certificate authority made for the test.
 
 use std::time::{Duration, Instant};
 
 use funnel::Quota;
 use funnel_redis::{Error, OnFailure, RedisLimiter, Source};
-use funnel_testkit::redis_server::{sentinel, server_with, RedisSentinel};
+use funnel_testkit::redis_server::{sentinel, server_with, tls_server, RedisSentinel};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_found_through_sentinel_is_followed_after_a_failover() {
@@ -100,4 +101,35 @@ async fn a_password_is_taken_from_the_url_or_from_auth_and_a_wrong_one_is_refuse
         .await
         .unwrap_err();
     assert!(matches!(wrong, Error::NoPermission { .. }), "{wrong}");
+}
+
+#[tokio::test]
+async fn a_rediss_url_is_reached_over_tls_checked_against_the_given_authority() {
+    let Some(tls) = tls_server() else { return };
+    let quota = Quota::per_hour(2).unwrap();
+    let limiter = RedisLimiter::builder(tls.tls_url(), quota)
+        .tls_root_certificate(tls.ca_pem())
+        .timeout(Duration::from_secs(2))
+        .on_failure(OnFailure::Report)
+        .build()
+        .await
+        .expect("a limiter over TLS");
+    let first = limiter.check("k").await.expect("decided over TLS");
+    assert_eq!(first.source, Source::Redis);
+    assert!(first.decision.is_allowed());
+    let stored: bool = redis::cmd("EXISTS")
+        .arg(limiter.redis_key("k"))
+        .query(&mut tls.server().connection().unwrap())
+        .unwrap();
+    assert!(stored, "the decision was taken on this server");
+    // Without the authority, the server's certificate is not trusted: no connection.
+    let untrusted = RedisLimiter::builder(tls.tls_url(), quota)
+        .timeout(Duration::from_secs(2))
+        .on_failure(OnFailure::Report)
+        .build()
+        .await;
+    assert!(
+        untrusted.is_err(),
+        "a certificate of an unknown authority is refused"
+    );
 }

@@ -471,6 +471,161 @@ pub fn sentinel() -> Option<RedisSentinel> {
         .then(|| RedisSentinel::start().unwrap_or_else(|e| panic!("a sentinel group: {e}")))
 }
 
+/// A server that also listens for TLS (`--tls-port`), with a certificate for 127.0.0.1 signed by
+/// a certificate authority made for it (by the `openssl` program), both removed on drop.
+pub struct RedisTls {
+    server: RedisServer,
+    tls_port: u16,
+    ca_pem: Vec<u8>,
+    dir: PathBuf,
+}
+
+impl RedisTls {
+    /// Makes the certificates with `openssl` (at `openssl`) and starts the server; its plain port
+    /// stays open for the launcher's own checks.
+    ///
+    /// # Errors
+    ///
+    /// When `openssl` fails or the server does not start.
+    pub fn start(openssl: &std::path::Path) -> Result<RedisTls, String> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("funnel-redis-tls-{}-{nanos}", std::process::id()));
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n")
+            .map_err(|e| format!("cannot write san.cnf: {e}"))?;
+        let steps: [Vec<String>; 3] = [
+            [
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=funnel test authority",
+                "-keyout",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain([path("ca.key"), "-out".into(), path("ca.crt")])
+            .collect(),
+            [
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain([path("server.key"), "-out".into(), path("server.csr")])
+            .collect(),
+            vec![
+                "x509".into(),
+                "-req".into(),
+                "-days".into(),
+                "2".into(),
+                "-in".into(),
+                path("server.csr"),
+                "-CA".into(),
+                path("ca.crt"),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-CAcreateserial".into(),
+                "-extfile".into(),
+                path("san.cnf"),
+                "-out".into(),
+                path("server.crt"),
+            ],
+        ];
+        for step in &steps {
+            let out = Command::new(openssl)
+                .args(step)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run openssl: {e}"))?;
+            if !out.status.success() {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(format!(
+                    "openssl {}: {}",
+                    step[0],
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        let ca_pem = fs::read(dir.join("ca.crt")).map_err(|e| format!("reading ca.crt: {e}"))?;
+        let tls_port = free_port()?;
+        let port = tls_port.to_string();
+        let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
+        let server = RedisServer::start_with(&[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ])?;
+        Ok(RedisTls {
+            server,
+            tls_port,
+            ca_pem,
+            dir,
+        })
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/`.
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port)
+    }
+
+    /// The TLS port.
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+    }
+
+    /// The certificate authority's certificate (PEM), which signed the server's.
+    pub fn ca_pem(&self) -> &[u8] {
+        &self.ca_pem
+    }
+
+    /// The certificate authority's certificate file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The server, for inspection on its plain port.
+    pub fn server(&self) -> &RedisServer {
+        &self.server
+    }
+}
+
+impl Drop for RedisTls {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server listening for TLS for a test, or `None` when the test is skipped (no
+/// `redis-server`, or no `openssl` to make its certificates); panics when it does not start.
+pub fn tls_server() -> Option<RedisTls> {
+    if !available_or_skip() {
+        return None;
+    }
+    let openssl = crate::skip::program("openssl", "apt-get install openssl")?;
+    Some(RedisTls::start(&openssl).unwrap_or_else(|e| panic!("a TLS redis-server: {e}")))
+}
+
 /// Polls `done` every 50 ms until it holds or `limit` passes.
 fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
     let deadline = Instant::now() + limit;

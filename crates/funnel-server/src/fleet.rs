@@ -13,7 +13,8 @@
 //!
 //! `--redis-auth` (envoyproxy's `REDIS_AUTH`) is `password` or `user:password`, for every
 //! server (over a URL's own credentials; a sentinel URL keeps its own). `--redis-tls`
-//! (`REDIS_TLS`) turns a `host:port` into `rediss://host:port`.
+//! (`REDIS_TLS`) turns a `host:port` into `rediss://host:port`; `--redis-tls-ca-cert`
+//! (`REDIS_TLS_CACERT`) names the certificate authority to trust instead of the system's.
 
 use std::fmt::Write as _;
 
@@ -104,6 +105,11 @@ pub fn builder(
             funnel_redis::RedisLimiter::builder(urls[0].clone(), quota).sentinel(*master, urls)
         }
     };
+    if let Some(path) = &settings.tls_ca_cert {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("--redis-tls-ca-cert {}: {e}", path.display()))?;
+        builder = builder.tls_root_certificate(pem);
+    }
     if let Some(auth) = &settings.auth {
         builder = match auth.split_once(':') {
             Some((user, password)) => builder.auth(Some(user.to_owned()), password),

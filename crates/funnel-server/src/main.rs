@@ -44,6 +44,10 @@ struct Args {
     /// Reach every `host:port` of --redis over TLS (`rediss://`).
     #[arg(long)]
     redis_tls: bool,
+    /// A certificate authority (PEM file) Redis's TLS certificates must chain to, instead of the
+    /// system's root certificates.
+    #[arg(long)]
+    redis_tls_ca_cert: Option<PathBuf>,
     /// `domain`: every Redis key of a domain in one cluster slot, so that a request's
     /// descriptors are charged together in one script on a cluster too.
     #[arg(long, value_enum, default_value = "none")]
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
             redis_type: args.redis_type,
             auth: args.redis_auth,
             tls: args.redis_tls,
+            tls_ca_cert: args.redis_tls_ca_cert,
             hash_tag: args.redis_hash_tag,
             on_failure,
             deny_cache: args.deny_cache,

@@ -127,6 +127,9 @@ pub struct RedisSettings {
     pub auth: Option<String>,
     /// `rediss://` for every `host:port` of `url` (`--redis-tls`, `REDIS_TLS`).
     pub tls: bool,
+    /// The certificate authority (PEM file) TLS servers must chain to, instead of the system's
+    /// roots (`--redis-tls-ca-cert`, `REDIS_TLS_CACERT`).
+    pub tls_ca_cert: Option<std::path::PathBuf>,
     /// Where a request's keys land on a cluster.
     pub hash_tag: crate::fleet::HashTag,
     /// What to answer when Redis cannot.

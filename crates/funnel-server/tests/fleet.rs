@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use funnel_testkit::redis_server::{cluster, sentinel, server, server_with, RedisSentinel};
+use funnel_testkit::redis_server::{
+    cluster, sentinel, server, server_with, tls_server, RedisSentinel,
+};
 
 const CONFIG: &str = "domain: fleet\ndescriptors:\n  - key: client\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n";
 
@@ -291,4 +293,40 @@ fn a_redis_url_that_does_not_fit_the_type_is_refused() {
     .err()
     .expect("a sentinel list without a master name");
     assert!(e.contains("master_name,host:port"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_tls_reaches_a_server_over_tls_with_a_private_authority() {
+    let Some(tls) = tls_server() else { return };
+    let dir = scratch("tls");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let host_port = format!("127.0.0.1:{}", tls.tls_port());
+    let ca = tls.ca_file();
+    let s = Server::start(
+        &path,
+        &[
+            "--no-watch",
+            "--redis",
+            &host_port,
+            "--redis-tls",
+            "--redis-tls-ca-cert",
+            ca.to_str().unwrap(),
+            "--redis-timeout-ms",
+            "5000",
+        ],
+    );
+    let mut c = s.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "t")]), 12).await,
+        10
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("funnel-server:*")
+        .query(&mut tls.server().connection().unwrap())
+        .unwrap();
+    // The funnel of client `t` (its value, length-prefixed) and the data-set marker.
+    assert!(
+        keys.iter().any(|k| k.ends_with(":1:t")),
+        "the funnel is on the TLS server: {keys:?}"
+    );
 }

@@ -214,8 +214,7 @@ impl Builder {
         self
     }
 
-    /// A client for `info`, with [`tls_root_certificate`](Self::tls_root_certificate) when
-    /// given.
+    /// A client for `info`, with the `tls_root_certificate` when given.
     fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, Error> {
         #[cfg(feature = "tls")]
         if let Some(root) = &self.tls_root {

@@ -330,3 +330,34 @@ async fn redis_tls_reaches_a_server_over_tls_with_a_private_authority() {
         "the funnel is on the TLS server: {keys:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_sent_in_a_descriptor_is_given_back_when_redis_denies() {
+    let Some(redis) = server() else { return };
+    let dir = scratch("override-rollback");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let url = redis.url();
+    let s = Server::start(
+        &path,
+        &["--no-watch", "--redis", &url, "--redis-timeout-ms", "5000"],
+    );
+    let mut c = s.client().await;
+    // A limit of 100 an hour sent with the request (counted in process) beside the rule's 10
+    // an hour in Redis: the Redis rule denies after 10.
+    let sent = with_limit(desc(&[("tenant", "t")]), 100, 3);
+    let mut admitted = 0;
+    for _ in 0..15 {
+        let r = call(
+            &mut c,
+            req("fleet", vec![sent.clone(), desc(&[("client", "o")])]),
+        )
+        .await;
+        admitted += usize::from(r.overall_code == OK);
+    }
+    assert_eq!(admitted, 10);
+    let peek = call(&mut c, req("fleet", vec![with_hits(sent, 0)])).await;
+    assert_eq!(
+        peek.statuses[0].limit_remaining, 90,
+        "the sent limit holds the admitted requests only"
+    );
+}

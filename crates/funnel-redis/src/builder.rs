@@ -20,6 +20,13 @@ pub struct Builder {
     urls: Vec<String>,
     #[cfg(feature = "cluster")]
     cluster: bool,
+    /// The master name, when `urls` are sentinels.
+    sentinel: Option<String>,
+    /// User and password for every Redis server (not the sentinels), over the URLs' own.
+    auth: Option<(Option<String>, String)>,
+    /// The certificate (PEM) `rediss://` servers are checked against, instead of the system's.
+    #[cfg(feature = "tls")]
+    tls_root: Option<Vec<u8>>,
     quota: Quota,
     backend: Backend,
     prefix: String,
@@ -45,6 +52,10 @@ impl RedisLimiter {
             urls: vec![url.into()],
             #[cfg(feature = "cluster")]
             cluster: false,
+            sentinel: None,
+            auth: None,
+            #[cfg(feature = "tls")]
+            tls_root: None,
             quota,
             backend: Backend::Script,
             prefix: "funnel:".into(),
@@ -167,6 +178,55 @@ impl Builder {
         self
     }
 
+    /// A primary found through Redis Sentinel: `sentinels` (`redis://host:port`, with the
+    /// sentinels' own password if they require one) are asked for the address of the primary
+    /// they monitor as `master_name` (`SENTINEL get-master-addr-by-name`) at every connection,
+    /// and the server found is checked to be a primary (`ROLE`). After a failover the lost
+    /// connection (or the old primary's `READONLY`) makes the limiter ask again, and it reaches
+    /// the promoted replica. The primary takes the credentials of [`auth`](Self::auth), else
+    /// those and the database of the first sentinel URL, and TLS when that URL is `rediss://`.
+    pub fn sentinel(
+        mut self,
+        master_name: impl Into<String>,
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.urls = sentinels.into_iter().map(Into::into).collect();
+        self.sentinel = Some(master_name.into());
+        #[cfg(feature = "cluster")]
+        {
+            self.cluster = false;
+        }
+        self
+    }
+
+    /// The user (`None`: Redis's `default`) and password of every Redis server, over those
+    /// the URLs carry (`redis://user:password@host:port/`); the sentinels keep their URLs'.
+    pub fn auth(mut self, user: Option<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user, password.into()));
+        self
+    }
+
+    /// The certificate authority (PEM) that `rediss://` servers' certificates must chain to,
+    /// instead of the system's root certificates: for a private CA. Cargo feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
+        self
+    }
+
+    /// A client for `info`, with the `tls_root_certificate` when given.
+    fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, Error> {
+        #[cfg(feature = "tls")]
+        if let Some(root) = &self.tls_root {
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            };
+            return redis::Client::build_with_tls(info, certificates).map_err(Error::InvalidUrl);
+        }
+        redis::Client::open(info).map_err(Error::InvalidUrl)
+    }
+
     /// Checks the settings, starts connecting, and waits for the first attempt to end
     /// (at most the connect timeout). Redis being down does not fail the build, except under
     /// [`OnFailure::Report`]: the limiter answers by its policy and connects in the background.
@@ -248,6 +308,7 @@ impl Builder {
             pending: Arc::new(Semaphore::new(self.max_pending)),
             stale_after: self.stale_after(),
         });
+        let servers = self.servers();
         let limiter = RedisLimiter {
             link,
             remote,
@@ -260,6 +321,7 @@ impl Builder {
             clock: Monotonic::new(),
             counters,
             markers,
+            servers,
         };
         // A server that refused us (a wrong password, say) is a setting to fix: no policy
         // answers for it, or `OnFailure::Open` would run without a limit until someone looked.
@@ -308,19 +370,49 @@ impl Builder {
         self.stale_after().max(GIVE_UP)
     }
 
+    /// The servers reached: the kind of target and its URLs.
+    fn servers(&self) -> String {
+        #[cfg(feature = "cluster")]
+        let kind = if self.cluster { "cluster" } else { "single" };
+        #[cfg(not(feature = "cluster"))]
+        let kind = "single";
+        let kind = match &self.sentinel {
+            Some(master) => format!("sentinel {master}"),
+            None => kind.to_owned(),
+        };
+        format!("{kind} {}", self.urls.join(","))
+    }
+
     fn target(&self) -> Result<Target, Error> {
         #[cfg(feature = "cluster")]
         if self.cluster {
-            let client = redis::cluster::ClusterClient::builder(self.urls.clone())
+            let builder = redis::cluster::ClusterClient::builder(self.infos()?)
                 .connection_timeout(self.connect_timeout)
                 .response_timeout(self.response_timeout())
-                .retries(2)
-                .build()
-                .map_err(Error::InvalidUrl)?;
+                .retries(2);
+            #[cfg(feature = "tls")]
+            let builder = match &self.tls_root {
+                Some(root) => builder.certs(redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root.clone()),
+                }),
+                None => builder,
+            };
+            let client = builder.build().map_err(Error::InvalidUrl)?;
             return Ok(Target::Cluster(client));
         }
-        let url = self.urls.first().map_or("", String::as_str);
-        let client = redis::Client::open(url).map_err(Error::InvalidUrl)?;
+        if let Some(master) = &self.sentinel {
+            return self.sentinel_target(master);
+        }
+        let info = self
+            .infos()?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::InvalidSetting {
+                setting: "url",
+                reason: "no Redis URL given".into(),
+            })?;
+        let client = self.client(info)?;
         // No retries inside the manager: its retry delays come from a jitter generator with a
         // fixed seed (the redis crate builds `backon` without `std`), so a refused first
         // connection was retried after about 1.5 s and then after about 2 minutes, and the
@@ -328,10 +420,73 @@ impl Builder {
         // none, a failed attempt returns at once and the link retries on its schedule; a
         // dropped connection is re-opened by the manager on the next request, and a request
         // that fails meanwhile takes the failure policy like any other.
-        let config = redis::aio::ConnectionManagerConfig::new()
+        Ok(Target::Single(client, self.manager_config()))
+    }
+
+    fn manager_config(&self) -> redis::aio::ConnectionManagerConfig {
+        redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(self.connect_timeout)
             .set_response_timeout(self.response_timeout())
-            .set_number_of_retries(0);
-        Ok(Target::Single(client, config))
+            .set_number_of_retries(0)
+    }
+
+    /// The URLs parsed, with [`auth`](Self::auth) applied.
+    fn infos(&self) -> Result<Vec<redis::ConnectionInfo>, Error> {
+        use redis::IntoConnectionInfo as _;
+        self.urls
+            .iter()
+            .map(|url| {
+                let mut info = url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(Error::InvalidUrl)?;
+                if let Some((user, password)) = &self.auth {
+                    info.redis.username.clone_from(user);
+                    info.redis.password = Some(password.clone());
+                }
+                Ok(info)
+            })
+            .collect()
+    }
+
+    fn sentinel_target(&self, master: &str) -> Result<Target, Error> {
+        use redis::IntoConnectionInfo as _;
+        let mut sentinels = Vec::with_capacity(self.urls.len());
+        let mut first = None;
+        for url in &self.urls {
+            let info = url
+                .as_str()
+                .into_connection_info()
+                .map_err(Error::InvalidUrl)?;
+            first.get_or_insert_with(|| info.clone());
+            sentinels.push(self.client(info)?);
+        }
+        let first = first.ok_or_else(|| Error::InvalidSetting {
+            setting: "sentinel",
+            reason: "no sentinel given".into(),
+        })?;
+        if master.is_empty() {
+            return Err(Error::InvalidSetting {
+                setting: "sentinel",
+                reason: "the master name is empty".into(),
+            });
+        }
+        let mut settings = first.redis.clone();
+        if let Some((user, password)) = &self.auth {
+            settings.username.clone_from(user);
+            settings.password = Some(password.clone());
+        }
+        Ok(Target::Sentinel(std::sync::Arc::new(
+            crate::link::Sentinel {
+                master: master.to_owned(),
+                sentinels,
+                settings,
+                tls: matches!(first.addr, redis::ConnectionAddr::TcpTls { .. }),
+                #[cfg(feature = "tls")]
+                tls_root: self.tls_root.clone(),
+                connect_timeout: self.connect_timeout,
+                config: self.manager_config(),
+            },
+        )))
     }
 }

@@ -155,6 +155,19 @@
 //!   policy's answer: the caller may be denied what Redis admitted, never admitted what Redis
 //!   denied.
 //!
+//! ## Several limits, all or nothing
+//!
+//! [`check_all`] decides one request against several limiters' keys together, in one script
+//! where the keys share a hash slot (see `joint.rs`); [`peek_all`] answers without charging.
+//!
+//! ## Sentinel, credentials, TLS
+//!
+//! [`Builder::sentinel`] asks the sentinels for the primary at every connection and checks it
+//! with `ROLE`; behind sentinels a lost connection, like `READONLY`, makes the limiter connect
+//! again through them, so it follows a failover. [`Builder::auth`] sets the credentials of
+//! every server. With the cargo feature `tls`, `rediss://` URLs are reached through rustls, and
+//! `Builder::tls_root_certificate` trusts a private authority.
+//!
 //! ## Redis Cluster
 //!
 //! With the cargo feature `cluster`, `Builder::cluster` connects to a Redis Cluster through
@@ -189,6 +202,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod joint;
 mod limiter;
 mod link;
 mod marker;
@@ -199,6 +213,7 @@ mod script;
 
 pub use builder::Builder;
 pub use error::{Error, Failure};
+pub use joint::{check_all, peek_all, Joint, JointEntry};
 pub use limiter::RedisLimiter;
 pub use policy::{OnFailure, Stats};
 

@@ -31,6 +31,9 @@ pub struct RedisLimiter {
     pub(crate) clock: Monotonic,
     pub(crate) counters: Arc<Counters>,
     pub(crate) markers: Arc<Markers>,
+    /// The servers reached (the URL, or the cluster's seeds), so that [`crate::check_all`]
+    /// runs only limiters of one Redis on one connection.
+    pub(crate) servers: String,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -124,7 +127,7 @@ impl RedisLimiter {
     }
 
     /// Why the timeout ran out: waiting for a connection, or for a reply.
-    fn elapsed(&self) -> Failure {
+    pub(crate) fn elapsed(&self) -> Failure {
         if self.link.current().is_none() {
             Failure::Connection
         } else {
@@ -135,7 +138,7 @@ impl RedisLimiter {
     /// Why there is no connection: the server refused the last attempt (a wrong password, a
     /// missing permission: [`Error::NoPermission`], never answered by the failure policy), or
     /// it could not be reached ([`Failure::Connection`], answered by the policy).
-    fn no_connection(&self) -> Sorted {
+    pub(crate) fn no_connection(&self) -> Sorted {
         match self.link.refused() {
             Some(message) => Sorted::Error(Error::NoPermission { message }),
             None => Sorted::Failure(Failure::Connection),
@@ -251,7 +254,7 @@ impl RedisLimiter {
     }
 
     /// The answer when Redis did not decide: the policy for a failure, the error otherwise.
-    fn failed(&self, key: &str, n: u64, sorted: Sorted) -> Result<Checked, Error> {
+    pub(crate) fn failed(&self, key: &str, n: u64, sorted: Sorted) -> Result<Checked, Error> {
         let error = match sorted {
             Sorted::Failure(failure) => {
                 return self
@@ -487,7 +490,7 @@ impl RedisLimiter {
 
 /// The pipelines of one `check_many`: one for all keys on a single server; on a cluster, one per
 /// hash slot (a cluster pipeline must stay within one slot). Indices into `redis_keys`.
-fn groups(conn: &Conn, redis_keys: &[String]) -> Vec<Vec<usize>> {
+pub(crate) fn groups(conn: &Conn, redis_keys: &[String]) -> Vec<Vec<usize>> {
     #[cfg(feature = "cluster")]
     if let Conn::Cluster(_) = conn {
         let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();

@@ -33,6 +33,104 @@ pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster::ClusterClient),
+    Sentinel(Arc<Sentinel>),
+}
+
+/// A primary found through Redis Sentinel: asked of the sentinels at every connection, so that a
+/// new connection after a failover reaches the promoted replica.
+pub(crate) struct Sentinel {
+    /// The name the sentinels monitor the primary under.
+    pub(crate) master: String,
+    /// The sentinels, asked in order until one answers.
+    pub(crate) sentinels: Vec<redis::Client>,
+    /// The primary's credentials and database (its address comes from the sentinels).
+    pub(crate) settings: redis::RedisConnectionInfo,
+    /// Whether the primary is reached over TLS.
+    pub(crate) tls: bool,
+    /// The certificate authority the primary's certificate must chain to, when not the system's.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root: Option<Vec<u8>>,
+    /// How long asking one sentinel may take.
+    pub(crate) connect_timeout: Duration,
+    pub(crate) config: ConnectionManagerConfig,
+}
+
+impl Sentinel {
+    /// The primary's address as the first sentinel that answers gives it, connected, and
+    /// checked to be a primary (`ROLE`): a sentinel can name a demoted server for a moment
+    /// after a failover.
+    async fn open(&self) -> RedisResult<ConnectionManager> {
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            let asked = tokio::time::timeout(self.connect_timeout, async {
+                let mut conn = sentinel.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.master)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+            })
+            .await;
+            match asked {
+                Ok(Ok(Some((host, port)))) => return self.primary(host, port).await,
+                Ok(Ok(None)) => {
+                    last = Some(redis::RedisError::from((
+                        redis::ErrorKind::ResponseError,
+                        "the sentinel does not monitor this master name",
+                        self.master.clone(),
+                    )))
+                }
+                Ok(Err(e)) => last = Some(e),
+                Err(_elapsed) => {
+                    last = Some(redis::RedisError::from(std::io::Error::from(
+                        std::io::ErrorKind::TimedOut,
+                    )))
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no sentinel given"))
+        }))
+    }
+
+    async fn primary(&self, host: String, port: u16) -> RedisResult<ConnectionManager> {
+        let addr = if self.tls {
+            redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            redis::ConnectionAddr::Tcp(host, port)
+        };
+        let info = redis::ConnectionInfo {
+            addr,
+            redis: self.settings.clone(),
+        };
+        #[cfg(feature = "tls")]
+        let client = match &self.tls_root {
+            Some(root) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root.clone()),
+                },
+            )?,
+            None => redis::Client::open(info)?,
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = redis::Client::open(info)?;
+        let mut conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
+        match role.first() {
+            Some(Value::BulkString(r)) if r == b"master" => Ok(conn),
+            _ => Err(redis::RedisError::from((
+                redis::ErrorKind::ReadOnly,
+                "the sentinels named a server that is not a primary",
+            ))),
+        }
+    }
 }
 
 /// One established connection (cheap to clone: handles to the same multiplexed connection).
@@ -80,6 +178,7 @@ impl Target {
             )),
             #[cfg(feature = "cluster")]
             Target::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+            Target::Sentinel(sentinel) => Ok(Conn::Single(sentinel.open().await?)),
         }
     }
 }
@@ -151,6 +250,12 @@ impl Link {
             }
             installed.await;
         }
+    }
+
+    /// Whether the server's address is asked of sentinels at each connection: then a lost
+    /// connection is made again through them, so that it follows a failover.
+    pub(crate) fn follows_sentinels(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
     }
 
     /// Drops the connection of generation `generation` (not a newer one) and connects again.

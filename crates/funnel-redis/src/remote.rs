@@ -334,11 +334,16 @@ impl Remote {
 
     /// Acts on a sorted error: a `READONLY` reply, or no reply within the connection's response
     /// timeout (a frozen or very slow server), drops the connection and connects again.
+    /// Behind sentinels, a lost connection too: the primary may have moved.
     fn noted(&self, sorted: Sorted, generation: u64) -> Sorted {
-        if matches!(
-            sorted,
-            Sorted::Failure(Failure::ReadOnly | Failure::Timeout)
-        ) {
+        let moved =
+            self.link.follows_sentinels() && matches!(sorted, Sorted::Failure(Failure::Connection));
+        if moved
+            || matches!(
+                sorted,
+                Sorted::Failure(Failure::ReadOnly | Failure::Timeout)
+            )
+        {
             self.link.reconnect(generation);
         }
         sorted

@@ -95,6 +95,88 @@ end
 return {1, tat, now, epoch}
 "#;
 
+/// Several funnels decided together, all or nothing (`joint.rs`), in one script so that no other
+/// command runs between the check and the charge.
+///
+/// `KEYS`: the funnels, in the caller's order (a key may appear twice: the second entry sees the
+/// first's charge). `ARGV[1]`: `1` to charge when every entry admits, `0` to charge nothing
+/// (a peek). Then four per key: emission interval (µs), tolerance (µs), limit, cost.
+///
+/// Every key is read and checked before anything is written: a foreign value answers
+/// `{3, message, i}` (entry `i`, from 1) and nothing is charged. The entries are then decided
+/// in order on the arrival times the earlier entries would leave; the first that does not
+/// admit stops the walk (`denied`, from 1; 0 when all admit), and nothing is written. When all
+/// admit (and `ARGV[1]` is `1`), every key's final arrival time is written, with the TTL its
+/// funnel takes to drain.
+///
+/// Reply: `{denied, now, decided_1, before_1, decided_2, before_2, ...}`: per entry the arrival
+/// time it was decided on (`decided`; the key's stored one for entries after the one that
+/// denied) and the key's stored arrival time before the request (`before`). The Rust side
+/// rebuilds each decision with `funnel::Quota::decide_at`, as for the one-key script.
+pub(crate) const JOINT: &str = r#"
+local charge = ARGV[1] == '1'
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local before = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  if before[key] == nil then
+    local stored = redis.pcall('GET', key)
+    if type(stored) == 'table' and stored.err then
+      return {3, stored.err, i}
+    end
+    local tat = 0
+    if stored then
+      tat = tonumber(stored)
+      if tat == nil or tat ~= math.floor(tat) or tat < 0 or tat > 9007199254740992 then
+        return {3, 'WRONGTYPE the key holds a string that is not an arrival time', i}
+      end
+    end
+    before[key] = tat
+  end
+end
+local current = {}
+for key, tat in pairs(before) do current[key] = tat end
+local out = {0, now}
+local denied = 0
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local a = 1 + (i - 1) * 4
+  local t = tonumber(ARGV[a + 1])
+  local tau = tonumber(ARGV[a + 2])
+  local limit = tonumber(ARGV[a + 3])
+  local n = tonumber(ARGV[a + 4])
+  local tat = current[key]
+  if denied > 0 then
+    tat = before[key]
+  else
+    local base = tat
+    if now > base then base = now end
+    local new = base + n * t
+    if n > limit or new - tau > now then
+      denied = i
+    elseif n > 0 then
+      current[key] = new
+    end
+  end
+  out[#out + 1] = tat
+  out[#out + 1] = before[key]
+end
+out[1] = denied
+if denied == 0 and charge then
+  for key, tat in pairs(current) do
+    if tat ~= before[key] then
+      local ttl_ms = math.ceil((tat - now) / 1000)
+      local set = redis.pcall('SET', key, string.format('%.0f', tat), 'PX', ttl_ms)
+      if type(set) == 'table' and set.err then
+        return {3, set.err, 0}
+      end
+    end
+  end
+end
+return out
+"#;
+
 /// The code of the script's `{3, message}`: the key's own error, as a value.
 const KEY_ERROR: i64 = 3;
 

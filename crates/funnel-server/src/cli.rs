@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use crate::answers::{Answers, LimitHeaders};
 use crate::environment;
-use crate::rules::{RedisSettings, RedisType};
+use crate::fleet::{HashTag, RedisType};
+use crate::rules::RedisSettings;
 use crate::server::{run, Options, Source};
 use crate::statsd::Statsd;
 use crate::xds::{self, XdsOptions};
@@ -118,9 +119,24 @@ struct Args {
     /// Count in Redis, shared by every instance pointed at it (redis://host:port/).
     #[arg(long)]
     redis: Option<String>,
-    /// What --redis names: one server, a cluster's seed nodes, or sentinels.
+    /// How --redis reaches Redis: one server (`host:port` or a URL), a cluster (seed nodes,
+    /// comma-separated) or sentinel (`master_name,host:port[,host:port...]`).
     #[arg(long, value_enum, default_value = "single")]
-    redis_type: RedisTypeArg,
+    redis_type: RedisType,
+    /// `password` or `user:password` for every Redis server.
+    #[arg(long)]
+    redis_auth: Option<String>,
+    /// Reach every `host:port` of --redis over TLS (`rediss://`).
+    #[arg(long)]
+    redis_tls: bool,
+    /// A certificate authority (PEM file) Redis's TLS certificates must chain to, instead of the
+    /// system's root certificates.
+    #[arg(long, value_name = "FILE")]
+    redis_tls_ca_cert: Option<PathBuf>,
+    /// `domain`: every Redis key of a domain in one cluster slot, so that a request's
+    /// descriptors are charged together in one script on a cluster too.
+    #[arg(long, value_enum, default_value = "none")]
+    redis_hash_tag: HashTag,
     /// What to answer when Redis cannot decide.
     #[arg(long, value_enum, default_value = "closed")]
     on_redis_failure: OnRedisFailure,
@@ -189,16 +205,6 @@ struct Args {
     /// Traefik).
     #[arg(long, value_name = "FILE")]
     forward_auth: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum RedisTypeArg {
-    /// One Redis server.
-    Single,
-    /// A Redis Cluster, from comma-separated seed nodes.
-    Cluster,
-    /// A master found through sentinels: `master_name,host:port,host:port`.
-    Sentinel,
 }
 
 /// `--extra-tags`' pairs.
@@ -413,11 +419,6 @@ impl Args {
                 instances: self.fleet_size.max(1),
             },
         };
-        let redis_type = match self.redis_type {
-            RedisTypeArg::Single => RedisType::Single,
-            RedisTypeArg::Cluster => RedisType::Cluster,
-            RedisTypeArg::Sentinel => RedisType::Sentinel,
-        };
         let mut opts = Options::new(source, self.grpc);
         opts.http = Some(self.http);
         opts.debug = self.debug;
@@ -429,7 +430,11 @@ impl Args {
         });
         opts.redis = self.redis.map(|url| RedisSettings {
             url,
-            redis_type,
+            redis_type: self.redis_type,
+            auth: self.redis_auth,
+            tls: self.redis_tls,
+            tls_ca_cert: self.redis_tls_ca_cert,
+            hash_tag: self.redis_hash_tag,
             on_failure,
             deny_cache: self.deny_cache,
             timeout: Some(Duration::from_millis(self.redis_timeout_ms)),

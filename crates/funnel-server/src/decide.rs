@@ -496,6 +496,8 @@ impl Decider {
                 }
             }
         }
+        // The local entries' charged decisions, to give back if Redis denies the request.
+        let mut charged_here: Vec<Decision> = Vec::new();
         while admitted && !local.is_empty() {
             let entries: Vec<&dyn Charge> = local.iter().map(|(_, e)| e as &dyn Charge).collect();
             let multi = check_all(&entries, now);
@@ -512,6 +514,9 @@ impl Decider {
                 }
             }
             admitted = multi.is_allowed();
+            if admitted {
+                charged_here = multi.decisions().to_vec();
+            }
             for (j, ((i, e), d)) in local.iter().zip(multi.decisions()).enumerate() {
                 out[*i] = Some(if admitted || multi.denied_by() == Some(j) {
                     Outcome::of(d)
@@ -528,21 +533,22 @@ impl Decider {
                 }
             }
         }
-        // Redis: one descriptor after the other; a denial in rate-limit mode stops the
-        // charging (funnel-redis has no refund, so the descriptors charged before it stay
-        // charged).
         let redis_quota = fleet.iter().any(|&i| quota[i]);
-        for i in fleet {
-            let Plan::Count(c) = &plans[i] else { continue };
-            let Where::Redis(r) = c.where_ else { continue };
-            let n = if admitted { c.n } else { 0 };
-            let o = redis_outcome(r, &c.key, n).await;
-            if o.over && !quota[i] {
-                admitted = false;
-            }
-            out[i] = Some(o);
-        }
         if redis_quota {
+            // Quota mode in Redis: one descriptor after the other, since a quota-mode
+            // descriptor over its limit must not deny the others; a denial in rate-limit mode
+            // stops the charging (funnel-redis has no refund, so the descriptors charged
+            // before it stay charged).
+            for &i in &fleet {
+                let Plan::Count(c) = &plans[i] else { continue };
+                let Where::Redis(r) = c.where_ else { continue };
+                let n = if admitted { c.n } else { 0 };
+                let o = redis_outcome(r, &c.key, n).await;
+                if o.over && !quota[i] {
+                    admitted = false;
+                }
+                out[i] = Some(o);
+            }
             // Known only now: every quota-mode descriptor over the limit denies the request.
             let every_quota_over =
                 plans
@@ -553,6 +559,44 @@ impl Decider {
                         matches!(p, Plan::Blocked(..)) || out[i].as_ref().is_some_and(|o| o.over)
                     });
             admitted &= !every_quota_over;
+        } else if !fleet.is_empty() {
+            // Redis: every deciding descriptor in one script, all or nothing (`fleet.rs`); a
+            // denial there gives back the local charges above.
+            let entries: Vec<(&funnel_redis::RedisLimiter, &str, u64)> = fleet
+                .iter()
+                .filter_map(|&i| match &plans[i] {
+                    Plan::Count(c) => match c.where_ {
+                        Where::Redis(r) => Some((r, c.key.as_str(), c.n)),
+                        Where::Local(_) => None,
+                    },
+                    _ => None,
+                })
+                .collect();
+            let answers = crate::fleet::charge(&entries, admitted).await;
+            for (&i, a) in fleet.iter().zip(&answers.entries) {
+                out[i] = Some(match a {
+                    crate::fleet::Answer::Decided(d) => Outcome::of(d),
+                    crate::fleet::Answer::Uncharged { asked, before } => {
+                        Outcome::uncharged(asked, before)
+                    }
+                    crate::fleet::Answer::Failed { limit, reset } => Outcome {
+                        over: true,
+                        remaining: 0,
+                        limit: *limit,
+                        reset: *reset,
+                    },
+                });
+            }
+            if admitted && !answers.admitted {
+                admitted = false;
+                for ((i, e), d) in local.iter().zip(&charged_here) {
+                    let undone = e.undo(d, now);
+                    out[*i] = Some(Outcome::uncharged(
+                        &undone,
+                        &e.table.estimate(e.key, 0, now, e.quota),
+                    ));
+                }
+            }
         }
         // The rest: shadow mode, check-only, refunds.
         for (i, p) in plans.iter().enumerate() {

@@ -122,7 +122,7 @@ const HARMLESS: [(&str, &str); 20] = [
 
 /// Variables asking for what funnel-server does not do: refused when set (to anything but
 /// their off value, for switches).
-const REFUSED: [(&str, &str); 12] = [
+const REFUSED: [(&str, &str); 9] = [
     ("GRPC_UDS", "gRPC on a Unix socket is not supported"),
     (
         "GRPC_SERVER_USE_TLS",
@@ -144,10 +144,6 @@ const REFUSED: [(&str, &str); 12] = [
     (
         "REDIS_TLS_CLIENT_KEY",
         "Redis client certificates are not supported",
-    ),
-    (
-        "REDIS_TLS_CACERT",
-        "a private CA for Redis is not supported",
     ),
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -450,6 +446,12 @@ fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Re
                 reason: format!("{other:?}: expected single, cluster or sentinel"),
             })
         }
+    }
+    if let Some(ca) = var("REDIS_TLS_CACERT") {
+        out.args.push((
+            vec!["--redis-tls-ca-cert".into(), ca.into()],
+            "REDIS_TLS_CACERT",
+        ));
     }
     if let Some(t) = var("REDIS_TIMEOUT") {
         let d = go_duration(&t).map_err(|reason| EnvError {

@@ -334,8 +334,8 @@ pub enum CompileErrorKind {
     Redis(funnel_redis::Error),
     /// A window algorithm in fleet mode, which counts with GCRA only.
     FleetNeedsGcra(Algorithm),
-    /// A kind of Redis deployment this build does not talk to.
-    RedisTypeUnavailable(RedisType),
+    /// `--redis` does not fit `--redis-type`, or a TLS file cannot be read.
+    RedisSettings(String),
 }
 
 impl fmt::Display for CompileError {
@@ -354,9 +354,7 @@ impl fmt::Display for CompileError {
                 "algorithm {} is not available with --redis (gcra only)",
                 a.name()
             ),
-            CompileErrorKind::RedisTypeUnavailable(t) => {
-                write!(f, "--redis-type {t:?} is not available in this build")
-            }
+            CompileErrorKind::RedisSettings(e) => write!(f, "{e}"),
         }
     }
 }
@@ -377,25 +375,23 @@ pub struct Rules {
     pub domains: HashMap<String, DomainRules>,
 }
 
-/// What a Redis URL names (envoyproxy/ratelimit's `REDIS_TYPE`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RedisType {
-    /// One server.
-    #[default]
-    Single,
-    /// A Redis Cluster, from comma-separated seed nodes.
-    Cluster,
-    /// A master found through sentinels: `master_name,host:port,host:port`.
-    Sentinel,
-}
-
 /// Where rules count in a fleet: the Redis URL and the limiter settings.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
-    /// `redis://...`
+    /// `--redis`: a URL or `host:port`, a list of them, or a master name and sentinels, by
+    /// `redis_type` (see `fleet.rs`).
     pub url: String,
-    /// What `url` names.
-    pub redis_type: RedisType,
+    /// Single server, cluster or sentinel.
+    pub redis_type: crate::fleet::RedisType,
+    /// `password` or `user:password` for every server (`--redis-auth`, `REDIS_AUTH`).
+    pub auth: Option<String>,
+    /// `rediss://` for every `host:port` of `url` (`--redis-tls`, `REDIS_TLS`).
+    pub tls: bool,
+    /// The certificate authority (PEM file) TLS servers must chain to, instead of the system's
+    /// roots (`--redis-tls-ca-cert`, `REDIS_TLS_CACERT`).
+    pub tls_ca_cert: Option<std::path::PathBuf>,
+    /// Where a request's keys land on a cluster.
+    pub hash_tag: crate::fleet::HashTag,
     /// What to answer when Redis cannot.
     pub on_failure: funnel_redis::OnFailure,
     /// Keys kept in the local deny cache (0 = none).
@@ -527,27 +523,20 @@ impl Registry {
                     .map_err(CompileErrorKind::Table)?,
             ))),
             Some(r) => {
-                if r.redis_type != RedisType::Single {
-                    return Err(CompileErrorKind::RedisTypeUnavailable(r.redis_type));
-                }
                 if limit.algorithm != Algorithm::Gcra {
                     return Err(CompileErrorKind::FleetNeedsGcra(limit.algorithm));
                 }
                 let rpu = limit.requests_per_unit;
                 let q = crate::store::gcra_quota(rpu, limit.unit, limit.burst.unwrap_or(rpu))
                     .map_err(CompileErrorKind::Quota)?;
-                // The quota is part of the prefix: a rule whose quota changed starts afresh,
-                // as it does in process.
-                let prefix = format!(
-                    "funnel-server:{}:{}:{}:{}:{}:",
-                    id.domain,
-                    id.rule,
+                let quota = format!(
+                    "{}:{}:{}",
                     rpu,
                     limit.unit.envoy_number(),
                     limit.burst.unwrap_or(rpu)
                 );
-                let mut builder = funnel_redis::RedisLimiter::builder(r.url.clone(), q)
-                    .prefix(prefix)
+                let mut builder = crate::fleet::builder(r, q).map_err(CompileErrorKind::RedisSettings)?
+                    .prefix(crate::fleet::prefix(r, &id.domain, &id.rule, &quota))
                     .deny_cache(r.deny_cache)
                     .on_failure(r.on_failure);
                 if let Some(t) = r.timeout {

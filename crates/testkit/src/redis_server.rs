@@ -26,6 +26,11 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     args: Vec<OsString>,
+    /// A configuration file's text, written to the server's directory and read first (a
+    /// sentinel needs one it can rewrite).
+    config: Option<String>,
+    /// The `--requirepass` among the arguments: this launcher's own connections use it.
+    password: Option<String>,
     version: String,
 }
 
@@ -52,6 +57,11 @@ impl RedisServer {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(args: &[&str]) -> Result<RedisServer, String> {
+        Self::start_configured(None, args)
+    }
+
+    /// Starts a server reading `config` (a configuration file's text) before `args`.
+    fn start_configured(config: Option<&str>, args: &[&str]) -> Result<RedisServer, String> {
         let bin = Self::binary().ok_or(
             "redis-server is not installed (apt-get install redis-server; .ci/run installs it)",
         )?;
@@ -74,6 +84,11 @@ impl RedisServer {
                 port,
                 dir,
                 args: args.iter().map(OsString::from).collect(),
+                config: config.map(str::to_owned),
+                password: args
+                    .windows(2)
+                    .find(|w| w[0] == "--requirepass")
+                    .map(|w| w[1].to_owned()),
                 version: String::new(),
             };
             match server.spawn() {
@@ -91,7 +106,13 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(text) = &self.config {
+            let path = self.dir.join("redis.conf");
+            fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            command.arg(path);
+        }
+        let child = command
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no"])
             .arg("--port")
@@ -152,7 +173,8 @@ impl RedisServer {
         lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`, with no password even when the server requires one
+    /// (`--requirepass`; this launcher's own connections use it).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
@@ -186,7 +208,11 @@ impl RedisServer {
     }
 
     fn connection_with(&self, connect: Duration) -> Result<redis::Connection, String> {
-        let client = redis::Client::open(self.url()).map_err(|e| format!("{e}"))?;
+        let url = match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => self.url(),
+        };
+        let client = redis::Client::open(url).map_err(|e| format!("{e}"))?;
         let con = client
             .get_connection_with_timeout(connect)
             .map_err(|e| format!("cannot connect to 127.0.0.1:{}: {e}", self.port))?;
@@ -339,6 +365,277 @@ impl RedisCluster {
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
+}
+
+/// A primary, one replica of it, and a Redis Sentinel monitoring them as
+/// [`RedisSentinel::MASTER_NAME`], with a quorum of one, so that killing the primary makes the
+/// sentinel promote the replica within a few seconds.
+pub struct RedisSentinel {
+    primary: RedisServer,
+    replica: RedisServer,
+    sentinel: RedisServer,
+}
+
+impl RedisSentinel {
+    /// The name the sentinel monitors the primary under.
+    pub const MASTER_NAME: &'static str = "funnel-primary";
+
+    /// Starts the three and waits until the replica follows the primary and the sentinel knows
+    /// the replica.
+    ///
+    /// # Errors
+    ///
+    /// When a server does not start or the group does not form within 20 s.
+    pub fn start() -> Result<RedisSentinel, String> {
+        let primary = RedisServer::start()?;
+        let port = primary.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])?;
+        wait_for(
+            Duration::from_secs(20),
+            "the replica to follow the primary",
+            || {
+                replica
+                    .info_field("replication", "master_link_status")
+                    .is_ok_and(|s| s == "up")
+            },
+        )?;
+        let name = Self::MASTER_NAME;
+        let config = format!(
+            "sentinel monitor {name} 127.0.0.1 {port} 1\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 5000\n"
+        );
+        let sentinel = RedisServer::start_configured(Some(&config), &["--sentinel"])?;
+        wait_for(
+            Duration::from_secs(20),
+            "the sentinel to see the replica",
+            || {
+                sentinel
+                    .connection()
+                    .and_then(|mut con| {
+                        redis::cmd("SENTINEL")
+                            .arg("replicas")
+                            .arg(name)
+                            .query::<Vec<redis::Value>>(&mut con)
+                            .map_err(|e| e.to_string())
+                    })
+                    .is_ok_and(|replicas| !replicas.is_empty())
+            },
+        )?;
+        Ok(RedisSentinel {
+            primary,
+            replica,
+            sentinel,
+        })
+    }
+
+    /// The primary it started with.
+    pub fn primary(&mut self) -> &mut RedisServer {
+        &mut self.primary
+    }
+
+    /// The replica it started with.
+    pub fn replica(&self) -> &RedisServer {
+        &self.replica
+    }
+
+    /// The sentinel's loopback port.
+    pub fn sentinel_port(&self) -> u16 {
+        self.sentinel.port()
+    }
+
+    /// The sentinel's URL (`redis://127.0.0.1:<port>/`).
+    pub fn sentinel_url(&self) -> String {
+        self.sentinel.url()
+    }
+
+    /// The primary's port as the sentinel names it now.
+    ///
+    /// # Errors
+    ///
+    /// When the sentinel cannot be asked.
+    pub fn primary_port(&self) -> Result<u16, String> {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(Self::MASTER_NAME)
+            .query(&mut self.sentinel.connection()?)
+            .map_err(|e| format!("SENTINEL get-master-addr-by-name: {e}"))?;
+        Ok(port)
+    }
+}
+
+/// A primary with a replica and a sentinel for a test, or `None` when the test is skipped
+/// ([`available_or_skip`]); panics when an installed server's group does not form.
+pub fn sentinel() -> Option<RedisSentinel> {
+    available_or_skip()
+        .then(|| RedisSentinel::start().unwrap_or_else(|e| panic!("a sentinel group: {e}")))
+}
+
+/// A server that also listens for TLS (`--tls-port`), with a certificate for 127.0.0.1 signed by
+/// a certificate authority made for it (by the `openssl` program), both removed on drop.
+pub struct RedisTls {
+    server: RedisServer,
+    tls_port: u16,
+    ca_pem: Vec<u8>,
+    dir: PathBuf,
+}
+
+impl RedisTls {
+    /// Makes the certificates with `openssl` (at `openssl`) and starts the server; its plain port
+    /// stays open for the launcher's own checks.
+    ///
+    /// # Errors
+    ///
+    /// When `openssl` fails or the server does not start.
+    pub fn start(openssl: &std::path::Path) -> Result<RedisTls, String> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("funnel-redis-tls-{}-{nanos}", std::process::id()));
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n")
+            .map_err(|e| format!("cannot write san.cnf: {e}"))?;
+        let steps: [Vec<String>; 3] = [
+            [
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=funnel test authority",
+                "-keyout",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain([path("ca.key"), "-out".into(), path("ca.crt")])
+            .collect(),
+            [
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain([path("server.key"), "-out".into(), path("server.csr")])
+            .collect(),
+            vec![
+                "x509".into(),
+                "-req".into(),
+                "-days".into(),
+                "2".into(),
+                "-in".into(),
+                path("server.csr"),
+                "-CA".into(),
+                path("ca.crt"),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-CAcreateserial".into(),
+                "-extfile".into(),
+                path("san.cnf"),
+                "-out".into(),
+                path("server.crt"),
+            ],
+        ];
+        for step in &steps {
+            let out = Command::new(openssl)
+                .args(step)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run openssl: {e}"))?;
+            if !out.status.success() {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(format!(
+                    "openssl {}: {}",
+                    step[0],
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        let ca_pem = fs::read(dir.join("ca.crt")).map_err(|e| format!("reading ca.crt: {e}"))?;
+        let tls_port = free_port()?;
+        let port = tls_port.to_string();
+        let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
+        let server = RedisServer::start_with(&[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ])?;
+        Ok(RedisTls {
+            server,
+            tls_port,
+            ca_pem,
+            dir,
+        })
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/`.
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port)
+    }
+
+    /// The TLS port.
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+    }
+
+    /// The certificate authority's certificate (PEM), which signed the server's.
+    pub fn ca_pem(&self) -> &[u8] {
+        &self.ca_pem
+    }
+
+    /// The certificate authority's certificate file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The server, for inspection on its plain port.
+    pub fn server(&self) -> &RedisServer {
+        &self.server
+    }
+}
+
+impl Drop for RedisTls {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server listening for TLS for a test, or `None` when the test is skipped (no
+/// `redis-server`, or no `openssl` to make its certificates); panics when it does not start.
+pub fn tls_server() -> Option<RedisTls> {
+    if !available_or_skip() {
+        return None;
+    }
+    let openssl = crate::skip::program("openssl", "apt-get install openssl")?;
+    Some(RedisTls::start(&openssl).unwrap_or_else(|e| panic!("a TLS redis-server: {e}")))
+}
+
+/// Polls `done` every 50 ms until it holds or `limit` passes.
+fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() >= deadline {
+            return Err(format!("timed out after {limit:?} waiting for {what}"));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 fn free_port() -> Result<u16, String> {

@@ -35,7 +35,12 @@ pub fn default_location() -> PathBuf {
 ///
 /// When the chosen file does not exist.
 pub fn library() -> Result<PathBuf, String> {
-    let (path, origin) = match std::env::var_os(ENV) {
+    library_from(std::env::var_os(ENV))
+}
+
+/// [`library`] with `FUNNEL_REDIS_CELL`'s value given.
+fn library_from(named: Option<std::ffi::OsString>) -> Result<PathBuf, String> {
+    let (path, origin) = match named {
         Some(p) if !p.is_empty() => (PathBuf::from(p), format!("{ENV} names")),
         _ => (default_location(), "the default location".to_owned()),
     };
@@ -80,4 +85,31 @@ pub fn server() -> Option<RedisServer> {
         RedisServer::start_with(&["--loadmodule", module])
             .unwrap_or_else(|e| panic!("redis-server with the redis-cell module: {e}")),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_library_that_is_missing_says_how_to_build_it() {
+        let missing = std::env::temp_dir().join("no-such-dir-for-funnel/libredis_cell.so");
+        let why = library_from(Some(missing.clone().into_os_string())).unwrap_err();
+        assert!(why.contains(&missing.display().to_string()), "{why}");
+        assert!(why.contains(ENV) && why.contains(HOW), "{why}");
+    }
+
+    #[test]
+    fn a_named_file_is_taken_and_an_empty_name_means_the_default_location() {
+        let file = std::env::temp_dir().join(format!("funnel-cell-{}.so", std::process::id()));
+        std::fs::write(&file, b"").unwrap();
+        let canonical = file.canonicalize().unwrap();
+        let found = library_from(Some(file.clone().into_os_string()));
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(found.unwrap(), canonical);
+        match library_from(Some("".into())) {
+            Ok(path) => assert_eq!(path, default_location().canonicalize().unwrap()),
+            Err(why) => assert!(why.contains("the default location"), "{why}"),
+        }
+    }
 }

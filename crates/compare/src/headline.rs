@@ -1,6 +1,6 @@
 //! The short tables the harness prints when it ends: funnel against governor (default and ahash
-//! hashers), the `Mutex<HashMap>` funnel, pingora-limits' sketch and the GCRA Lua script on
-//! Redis, one thread, in under 100 columns; each limiter on each clock; the sketch's errors.
+//! hashers), the `Mutex<HashMap>` funnel, pingora-limits' sketch, and the GCRA Lua script and
+//! the redis-cell module on Redis, one thread, in under 100 columns; each limiter on each clock; the sketch's errors.
 //! The wide tables go to the run's files.
 
 use std::fmt::Write as _;
@@ -54,35 +54,51 @@ fn in_process(rows: &[Row], workloads: &[String], threads: usize) -> Table {
     t
 }
 
-/// funnel on one thread against the GCRA script over one connection and pipelined.
+/// The Redis competitors of the short table: the row's competitor and its name there.
+const IN_REDIS: [(&str, &str); 2] = [("redis-gcra", "GCRA script"), ("redis-cell", "CL.THROTTLE")];
+
+/// funnel on one thread against the GCRA script and the redis-cell module (where it was
+/// built) over one connection and pipelined.
 fn redis(rows: &[Row]) -> Table {
     let mut t = Table::new(
         &[
             "quota",
             "funnel (1 thread)",
-            "GCRA script",
+            "in Redis",
+            "decisions/s",
             "conns × pipeline",
-            "funnel ÷ script",
+            "funnel ÷ it",
         ],
-        &[false, true, true, true, true],
+        &[false, true, false, true, true, true],
     );
     for q in QUOTAS {
         let funnel = find(rows, Section::InProc, "hot-1k", "String", q, 1, 1, "funnel");
-        for r in rows
-            .iter()
-            .filter(|r| r.section == Section::Redis && r.competitor == "redis-gcra" && r.quota == q)
-            .filter(|r| r.threads == 1 || r.pipeline > 1)
-        {
-            t.rows.push(vec![
-                q.to_string(),
-                funnel.map_or("–".into(), |f| fmt_rate(f.median())),
-                fmt_rate(r.median()),
-                format!("{} × {}", r.threads, r.pipeline),
-                ratio(funnel, Some(r)).map_or("–".into(), fmt_ratio),
-            ]);
+        for (competitor, name) in IN_REDIS {
+            for r in rows
+                .iter()
+                .filter(|r| {
+                    r.section == Section::Redis && r.competitor == competitor && r.quota == q
+                })
+                .filter(|r| r.threads == 1 || r.pipeline > 1)
+            {
+                t.rows.push(vec![
+                    q.to_string(),
+                    funnel.map_or("–".into(), |f| fmt_rate(f.median())),
+                    name.to_string(),
+                    fmt_rate(r.median()),
+                    format!("{} × {}", r.threads, r.pipeline),
+                    ratio(funnel, Some(r)).map_or("–".into(), fmt_ratio),
+                ]);
+            }
         }
     }
     t
+}
+
+/// Whether `rows` has a Redis row of `competitor`.
+fn rows_of(rows: &[Row], competitor: &str) -> bool {
+    rows.iter()
+        .any(|r| r.section == Section::Redis && r.competitor == competitor)
 }
 
 /// The short report printed at the end of a run.
@@ -129,11 +145,11 @@ pub fn text(ctx: &Ctx) -> String {
     if r.rows.is_empty() {
         let _ = writeln!(s, "\nRedis: {}", ctx.redis_status);
     } else {
-        let _ = writeln!(
-            s,
-            "\nThrough Redis, 1,000 String keys (the GCRA Lua script)\n"
-        );
+        let _ = writeln!(s, "\nThrough Redis, 1,000 String keys\n");
         s.push_str(&r.text());
+        if !rows_of(&ctx.rows, "redis-cell") {
+            let _ = writeln!(s, "({})", ctx.redis_status);
+        }
     }
     let cache = crate::fleet_rows::cache_table(ctx);
     if !cache.rows.is_empty() {
@@ -218,14 +234,16 @@ mod tests {
             }
         }
         for q in QUOTAS {
-            rows.push(row(
-                Section::Redis,
-                "hot-1k",
-                "String",
-                q,
-                "redis-gcra",
-                9_999,
-            ));
+            for (competitor, _) in IN_REDIS {
+                rows.push(row(
+                    Section::Redis,
+                    "hot-1k",
+                    "String",
+                    q,
+                    competitor,
+                    9_999,
+                ));
+            }
         }
         let t = in_process(&rows, &names, 1);
         assert_eq!(t.rows.len(), names.len() * 4);
@@ -235,7 +253,7 @@ mod tests {
         let widest = text.lines().map(|l| l.chars().count()).max().unwrap();
         assert_eq!(text.lines().nth(1).unwrap().chars().count(), widest);
         let r = redis(&rows);
-        assert_eq!(r.rows.len(), QUOTAS.len());
+        assert_eq!(r.rows.len(), QUOTAS.len() * IN_REDIS.len());
         fits(&r.text());
     }
 }

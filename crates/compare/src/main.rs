@@ -116,6 +116,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    // Likewise the redis-cell rows, which the published comparison with redis-cell rests on.
+    if opts.publish && opts.redis && opts.wants("redis") {
+        if let Err(why) = funnel_testkit::redis_cell::library() {
+            eprintln!("error: --publish needs the redis-cell rows, and {why}");
+            return ExitCode::from(2);
+        }
+    }
     match run(opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

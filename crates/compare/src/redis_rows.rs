@@ -1,7 +1,10 @@
 //! The Redis-backed competitors (through `redis_side`): each script with one connection,
 //! several connections, and several pipelined connections, on the 1,000-key workload with the
 //! same String keys as the in-process hot-1k rows; the non-atomic hash's over-admission; and
-//! memory per key in Redis. Also the in-process counterpart of the over-admission test.
+//! memory per key in Redis. The redis-cell module's `CL.THROTTLE` gets the same rows beside
+//! the scripts where the module is built (`bash .ci/redis-cell.sh`), loaded into the same
+//! server; otherwise its rows are skipped with a notice. Also the in-process counterpart of
+//! the over-admission test.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -49,11 +52,24 @@ pub fn redis_keys_in_memory_test(quick: bool) -> u64 {
 }
 
 pub fn plan_weight(o: &crate::cli::Options) -> f64 {
-    let per_algo = settings(o.max_threads()).len() as f64
-        * 2.0
-        * o.runs as f64
-        * o.redis_duration.as_secs_f64();
-    RedisAlgo::ALL.len() as f64 * (per_algo + 1.5) + 2.0 + crate::fleet_rows::plan_weight(o)
+    // The module's rows are planned for whether or not it is built: a missing module
+    // advances the bar by their weight.
+    (RedisAlgo::ALL.len() + 1) as f64 * algo_weight(o) + 2.0 + crate::fleet_rows::plan_weight(o)
+}
+
+/// The progress weight of one algorithm's rows, over-admission and memory per key.
+fn algo_weight(o: &crate::cli::Options) -> f64 {
+    settings(o.max_threads()).len() as f64 * 2.0 * o.runs as f64 * o.redis_duration.as_secs_f64()
+        + 1.5
+}
+
+/// What the Redis rows run on: every script, and `CL.THROTTLE` where the module is built.
+fn algos(cell: bool) -> Vec<RedisAlgo> {
+    let mut v = RedisAlgo::ALL.to_vec();
+    if cell {
+        v.push(RedisAlgo::Cell);
+    }
+    v
 }
 
 pub fn run(ctx: &mut Ctx) -> Result<(), String> {
@@ -66,16 +82,36 @@ pub fn run(ctx: &mut Ctx) -> Result<(), String> {
         ctx.progress.advance(plan_weight(&ctx.opts));
         return Ok(());
     }
-    let server = RedisServer::start().map_err(|e| format!("starting redis-server: {e}"))?;
+    let module = funnel_testkit::redis_cell::library();
+    let server = match &module {
+        Ok(path) => {
+            let path = path
+                .to_str()
+                .ok_or_else(|| format!("the module's path {} is not UTF-8", path.display()))?;
+            RedisServer::start_with(&["--loadmodule", path])
+        }
+        Err(_) => RedisServer::start(),
+    }
+    .map_err(|e| format!("starting redis-server: {e}"))?;
     let version = server.version().to_string();
-    ctx.redis_status =
-        format!("Redis {version}, started by the harness on loopback (the test kit's launcher)");
+    let cell = match &module {
+        Ok(path) => format!("the redis-cell module loaded from {}", path.display()),
+        Err(why) => {
+            let msg = format!("the redis-cell rows are skipped: {why}");
+            ctx.progress.log(&format!("note: {msg}"));
+            ctx.progress.advance(algo_weight(&ctx.opts));
+            msg
+        }
+    };
+    ctx.redis_status = format!(
+        "Redis {version}, started by the harness on loopback (the test kit's launcher); {cell}"
+    );
     ctx.redis_version = Some(version);
     let o = ctx.opts.clone();
     let conns = o.max_threads();
     // The same key stream as the in-process hot-1k String rows (same seed, a shorter prefix).
     let arrays = request_arrays::<String>(&Dist::Uniform(1000), conns, 1 << 16, 0xF00D + 1000);
-    for algo in RedisAlgo::ALL {
+    for algo in algos(module.is_ok()) {
         for quota in [QuotaKind::Allow, QuotaKind::Deny] {
             let (limit, count, period_ms) = quota.redis();
             let rq = RedisQuota {
@@ -132,10 +168,11 @@ pub fn run(ctx: &mut Ctx) -> Result<(), String> {
                     threads,
                     pipeline,
                     competitor: format!("redis-{}", algo.label()),
-                    clock: if algo == RedisAlgo::NaiveHash {
-                        "client ms".into()
-                    } else {
-                        "server TIME".into()
+                    clock: match algo {
+                        RedisAlgo::NaiveHash => "client ms".into(),
+                        // The module reads the wall clock itself, in nanoseconds.
+                        RedisAlgo::Cell => "server clock".into(),
+                        _ => "server TIME".into(),
                     },
                     capacity: "server".into(),
                     runs,

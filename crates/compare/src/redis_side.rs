@@ -4,14 +4,15 @@
 //!   `redis-server` on a free 127.0.0.1 port, no persistence, killed on drop.
 //! * [`RedisAlgo`]: four ways people rate-limit with Redis, as commonly published:
 //!   a Lua token bucket, a sorted-set sliding-window log, a GCRA script with CL.THROTTLE
-//!   semantics, and a non-atomic read-compute-write of a funnel kept in a hash.
+//!   semantics, and a non-atomic read-compute-write of a funnel kept in a hash; and a fifth,
+//!   the redis-cell module's own `CL.THROTTLE`, where the server has the module loaded.
 //! * [`run`] (throughput), [`over_admission`] (exactness under contention), [`memory_per_key`].
 //!
 //! Conventions: every script reads the server's clock with `TIME` and works in integer
 //! microseconds (Lua numbers are doubles, exact up to 2^53; epoch microseconds are ~1.8e15, epoch
 //! nanoseconds would not be exact). Stored numbers are written with `%.0f` so they never turn into
 //! `1.7e+15`. Scripts are loaded once with `SCRIPT LOAD` and called with `EVALSHA`. `run` and
-//! `over_admission` put the algorithm's label (`tb:`, `sw:`, `gcra:`, `naive-hash:`) before the caller's
+//! `over_admission` put the algorithm's label (`tb:`, `sw:`, `gcra:`, `naive-hash:`, `cell:`) before the caller's
 //! keys so the algorithms (which store different Redis types) never collide; `memory_per_key`
 //! flushes the database and uses bare keys. All traffic stays on 127.0.0.1. NaiveHash has no
 //! script: it computes in the client, with the client's wall clock in ms (as the usual Java funnel does).
@@ -69,6 +70,11 @@ pub enum RedisAlgo {
     Gcra,
     /// The NON-atomic read-compute-write on a hash (HMGET fields, compute the funnel in the client, HMSET back) — no script, no lock, deliberately racy.
     NaiveHash,
+    /// The redis-cell module's `CL.THROTTLE <key> <max_burst> <count> <period_s>` (the module
+    /// must be loaded: `funnel_testkit::redis_cell`); GCRA in nanoseconds on the server's wall
+    /// clock, the five integers as the reply. Not in [`RedisAlgo::ALL`]: its rows run only
+    /// where the module is built.
+    Cell,
 }
 
 impl RedisAlgo {
@@ -92,6 +98,7 @@ impl RedisAlgo {
             RedisAlgo::SlidingLog => ("sw", Some(SLIDING_LOG_LUA)),
             RedisAlgo::Gcra => ("gcra", Some(GCRA_LUA)),
             RedisAlgo::NaiveHash => ("naive-hash", None),
+            RedisAlgo::Cell => ("cell", None),
         }
     }
 }
@@ -247,6 +254,20 @@ impl Params {
                 vec![t.to_string(), q.limit.to_string(), "1".into()]
             }
             RedisAlgo::NaiveHash => Vec::new(),
+            RedisAlgo::Cell => {
+                // CL.THROTTLE takes whole seconds; `max_burst` is the limit less one; the
+                // quantity is left out (1), as most callers send it.
+                if q.period_ms % 1000 != 0 {
+                    return Err(format!(
+                        "quota {q:?}: CL.THROTTLE's period is whole seconds"
+                    ));
+                }
+                vec![
+                    (q.limit - 1).to_string(),
+                    q.count.to_string(),
+                    (q.period_ms / 1000).to_string(),
+                ]
+            }
         };
         let limit = i64::try_from(q.limit).map_err(|_| format!("quota {q:?}: limit too large"))?;
         Ok(Params {
@@ -312,6 +333,13 @@ impl<'a> Decider<'a> {
         }
         self.pipe.clear();
         for key in keys {
+            if self.algo == RedisAlgo::Cell {
+                self.pipe
+                    .cmd("CL.THROTTLE")
+                    .arg(*key)
+                    .arg(&self.params.argv);
+                continue;
+            }
             let cmd = self
                 .pipe
                 .cmd("EVALSHA")
@@ -324,10 +352,15 @@ impl<'a> Decider<'a> {
                 cmd.arg(format!("{}.{}", self.conn_tag, self.seq));
             }
         }
+        let command = if self.algo == RedisAlgo::Cell {
+            "CL.THROTTLE"
+        } else {
+            "EVALSHA"
+        };
         let replies: Vec<Value> = self
             .pipe
             .query(&mut self.con)
-            .map_err(|e| format!("redis-{} EVALSHA: {e}", self.algo.label()))?;
+            .map_err(|e| format!("redis-{} {command}: {e}", self.algo.label()))?;
         if replies.len() != keys.len() {
             return Err(format!(
                 "redis-{}: {} replies for {} requests",
@@ -345,7 +378,7 @@ impl<'a> Decider<'a> {
         match (self.algo, v) {
             (RedisAlgo::TokenBucket, Value::Int(r @ (0 | 1))) => Ok(*r == 1),
             (RedisAlgo::SlidingLog, Value::Int(r @ (0 | 1))) => Ok(*r == 0),
-            (RedisAlgo::Gcra, Value::Array(items))
+            (RedisAlgo::Gcra | RedisAlgo::Cell, Value::Array(items))
                 if matches!(items.first(), Some(Value::Int(0 | 1))) =>
             {
                 Ok(items[0] == Value::Int(0))

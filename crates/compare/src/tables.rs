@@ -310,34 +310,39 @@ pub fn published_table(ctx: &Ctx) -> Table {
         "about 20,000/s".into(),
         "about 13.5×".into(),
     ]);
-    for (conns, pipe) in settings(ctx.opts.max_threads()) {
-        let f = find(
-            &ctx.rows,
-            Section::InProc,
-            "hot-1k",
-            "String",
-            "allow",
-            conns,
-            1,
-            "funnel",
-        );
-        let r = find(
-            &ctx.rows,
-            Section::Redis,
-            "hot-1k",
-            "String",
-            "allow",
-            conns,
-            pipe,
-            "redis-gcra",
-        );
-        if let (Some(fr), Some(rr)) = (f, r) {
-            t.rows.push(vec![
-                format!("this run: funnel {conns} thread(s) vs GCRA script, {conns} conn(s) × pipeline {pipe} (1,000 String keys, allow)"),
-                format!("{}/s", fmt_rate(fr.median())),
-                format!("{}/s", fmt_rate(rr.median())),
-                ratio(f, r).map(fmt_ratio).unwrap_or_default(),
-            ]);
+    for (competitor, name) in [
+        ("redis-gcra", "GCRA script"),
+        ("redis-cell", "redis-cell's CL.THROTTLE"),
+    ] {
+        for (conns, pipe) in settings(ctx.opts.max_threads()) {
+            let f = find(
+                &ctx.rows,
+                Section::InProc,
+                "hot-1k",
+                "String",
+                "allow",
+                conns,
+                1,
+                "funnel",
+            );
+            let r = find(
+                &ctx.rows,
+                Section::Redis,
+                "hot-1k",
+                "String",
+                "allow",
+                conns,
+                pipe,
+                competitor,
+            );
+            if let (Some(fr), Some(rr)) = (f, r) {
+                t.rows.push(vec![
+                    format!("this run: funnel {conns} thread(s) vs {name}, {conns} conn(s) × pipeline {pipe} (1,000 String keys, allow)"),
+                    format!("{}/s", fmt_rate(fr.median())),
+                    format!("{}/s", fmt_rate(rr.median())),
+                    ratio(f, r).map(fmt_ratio).unwrap_or_default(),
+                ]);
+            }
         }
     }
     if let Some(o) = ctx.over.iter().find(|o| o.who.contains("naive")) {

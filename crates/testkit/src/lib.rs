@@ -12,6 +12,8 @@
 //! * [`redis_server`] (feature `redis`): the one `redis-server` launcher (and a cluster of
 //!   them) for funnel-redis's tests, the lab's `attack` and the harness's Redis rows, and the
 //!   Redis-backed tests' skip when `redis-server` is not installed;
+//! * [`redis_cell`] (feature `redis`): where the redis-cell module's library is (built by
+//!   `.ci/redis-cell.sh`), and a server with it loaded, for the `CL.THROTTLE` tests and rows;
 //! * [`skip`]: a test that needs a tool from outside Cargo skipped visibly, with a count at
 //!   exit, under one switch (`FUNNEL_REQUIRE_TOOLS=1`) that makes a missing tool fail;
 //! * [`zipf`]: the Zipf sampler (YCSB's) of the harness's and `icount`'s Zipf key streams;
@@ -26,6 +28,8 @@ pub mod fuzz;
 pub mod memory;
 pub mod model;
 pub mod mutex_map;
+#[cfg(feature = "redis")]
+pub mod redis_cell;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod rng;

@@ -265,10 +265,11 @@ impl RedisServer {
     /// Kills the server (SIGKILL); its data is gone (no persistence).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            // A stopped process dies of SIGKILL too; SIGCONT first so nothing lingers.
-            let _ = Command::new("kill")
-                .arg("-CONT")
-                .arg(child.id().to_string())
+            // A stopped process dies of SIGKILL too; SIGCONT first so nothing lingers. The
+            // shell's built-in `kill`, as in `signal`.
+            let _ = Command::new("sh")
+                .arg("-c")
+                .arg(format!("kill -CONT {}", child.id()))
                 .status();
             let _ = child.kill();
             let _ = child.wait();

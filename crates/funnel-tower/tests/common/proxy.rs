@@ -118,8 +118,11 @@ impl Proxy {
     /// Sends it the signal `name` (`TERM`, `INT`).
     pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();
-        let sent = Command::new("kill")
-            .args([&format!("-{name}"), &pid])
+        // The shell's own `kill` (POSIX requires it built in): no `/bin/kill`, which minimal
+        // images lack (it comes with procps on Debian).
+        let sent = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -{name} {pid}"))
             .status()
             .unwrap();
         assert!(sent.success(), "kill -{name} {pid}");

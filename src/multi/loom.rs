@@ -1,4 +1,4 @@
-//! Loom models of the policies built on the table's update (`docs/DESIGN.md`, "Several limits,
+//! Loom models of the policies built on the table's update (`docs/design/policies.md`, "Several limits,
 //! all or nothing" and "Settle-later costs"): two threads, two limiters of one four-slot bucket
 //! each, a frozen clock passed as a value. Run by `.ci/loom.sh` with the slot protocol's models
 //! (`src/table/loom.rs`; the `::loom::` filter picks both).

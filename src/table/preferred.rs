@@ -1,6 +1,6 @@
 //! The preferred slot: the one slot of its first bucket a key takes when it is free, and which
 //! a lookup reads before matching tags, while the table is sparse enough that most keys sit
-//! there (docs/DESIGN.md, "The table", the preferred slot).
+//! there (docs/design/table.md, the preferred slot).
 //!
 //! A hit there is validated exactly as a slot found through its tag (`lookup.rs`,
 //! `validate_live`): the tag match is a filter, never part of what makes a slot the key's, so
@@ -19,7 +19,7 @@ use super::{Table, SLOTS_PER_BUCKET};
 
 /// The share of the slots in use, in twentieths, below which a lookup reads the preferred slot
 /// first: where its hits still outweigh the mispredicted branch of its misses, with a margin
-/// (the lab's `sparse`).
+/// (the lab's `sparse` finds where they cross).
 pub(super) const PREFER_BELOW: u64 = 3;
 
 /// Every how many bindings of a free slot in one stripe of counters the table looks again at
@@ -182,26 +182,6 @@ mod tests {
         let found = table.locate(home.fp).unwrap();
         assert!(std::ptr::eq(found.bucket, other));
         assert_eq!(found.slot, slot(home.fp));
-    }
-
-    #[test]
-    fn a_creator_finds_its_key_placed_elsewhere_before_it_takes_its_freed_preferred_slot() {
-        let table = table(7 * 64);
-        let home = hashes(1_000).map(|h| table.home(h)).next().unwrap();
-        let first = &table.buckets[home.first];
-        let preferred = slot(home.fp);
-        // Another key in debt holds the preferred slot, so the key goes elsewhere.
-        first.keys[preferred].store(home.fp ^ 0xFF00, Ordering::Relaxed);
-        first.words[preferred].store(crate::state::live(1, 1 << 40), Ordering::Relaxed);
-        assert!(admitted(&table, &home));
-        // That key moves away: its slot is dead, and free.
-        first.words[preferred].store(crate::state::dead(1), Ordering::Relaxed);
-        // A creator that raced the first one, and looks only now, must find the key.
-        assert!(matches!(
-            table.create(home.fp, 1_000, 2_000, &quota()),
-            crate::table::create::Created::Exists
-        ));
-        assert_eq!(table.stats().keys, 1, "the key was bound once");
     }
 
     #[test]

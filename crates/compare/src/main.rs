@@ -28,6 +28,7 @@ mod keys;
 mod limiters;
 mod machine;
 mod memory;
+mod numbers;
 mod progress;
 mod redis_rows;
 mod redis_side;

@@ -357,7 +357,7 @@ impl Decider {
         if admitted && windows >= 2 {
             // Every window checked before any is charged: they cannot be rolled back.
             for (i, e) in local.iter().filter(|(_, e)| e.table.is_window()) {
-                let d = e.estimate(now);
+                let d = e.peek(now);
                 if d.remaining() < e.n {
                     admitted = false;
                     out[*i] = Some(Outcome {
@@ -383,7 +383,7 @@ impl Decider {
         } else {
             for (i, e) in &local {
                 if out[*i].is_none() {
-                    let asked = e.estimate(now);
+                    let asked = e.peek(now);
                     out[*i] = Some(Outcome::uncharged(
                         &asked,
                         &e.table.estimate(e.key, 0, now, e.quota),
@@ -422,10 +422,7 @@ impl Decider {
                     } else if c.shadow && admitted && c.n > 0 {
                         Outcome::of(&e.charge(now))
                     } else {
-                        Outcome::uncharged(
-                            &e.estimate(now),
-                            &table.estimate(&c.key, 0, now, c.quota),
-                        )
+                        Outcome::uncharged(&e.peek(now), &table.estimate(&c.key, 0, now, c.quota))
                     }
                 }
                 Where::Redis(r) => {

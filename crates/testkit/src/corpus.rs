@@ -1,4 +1,4 @@
-//! Fuzz bodies on stable, for the replay tests of funnel (`tests/fuzz_replay.rs`) and of
+//! Fuzz bodies on stable, for the replay tests of funnel (`tests/it/fuzz_bodies.rs`) and of
 //! funnel-tower (`crates/funnel-tower/tests/fuzz_replay.rs`): every committed input of a
 //! cargo-fuzz target through the body the fuzzer runs, then seeded pseudo-random inputs for a
 //! time budget.

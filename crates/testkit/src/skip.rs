@@ -88,7 +88,9 @@ pub fn program(name: &str, how: &str) -> Option<PathBuf> {
 /// Under [`REQUIRE`], when `python3` or a module is missing.
 pub fn python_modules(modules: &[&str], how: &str) -> bool {
     let Some(python) = on_path("python3") else {
-        skip(&format!("`python3` is not on PATH (apt-get install python3; then {how})"));
+        skip(&format!(
+            "`python3` is not on PATH (apt-get install python3; then {how})"
+        ));
         return false;
     };
     let probe = std::process::Command::new(python)
@@ -99,7 +101,10 @@ pub fn python_modules(modules: &[&str], how: &str) -> bool {
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
             let last = err.lines().last().unwrap_or("").trim().to_owned();
-            skip(&format!("python3 cannot import {} ({last}; {how})", modules.join(", ")));
+            skip(&format!(
+                "python3 cannot import {} ({last}; {how})",
+                modules.join(", ")
+            ));
             false
         }
         Err(e) => {

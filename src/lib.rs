@@ -51,8 +51,8 @@
 //! * `gcra` — the arithmetic (pure, no atomics); [`Decision`] — the answer;
 //! * `state` — the bit layout of the packed word;
 //! * `table` — the slot protocol and lazy eviction (see `docs/design/slot-protocol.md`);
-//! * [`Limiter`], [`Funnel`] — the public layer; `replay` (cargo feature `replay`) —
-//!   CL.THROTTLE traffic replay.
+//! * [`Limiter`], [`Funnel`] — the public layer, with the calls every keyed limiter shares in
+//!   `keyed`; `replay` (cargo feature `replay`) — CL.THROTTLE traffic replay.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -90,9 +90,9 @@ pub use with_quota::WithQuota;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// Policies beyond one limit per request (`docs/design/policies.md`, from "Several limits, all or
-// nothing" on): several limits all or nothing, settle-later costs, the near-limit signal, live
-// reconfiguration, and the window algorithms.
+// Policies beyond one limit per request (`docs/design/policies.md`): several limits all or
+// nothing, settle-later costs, the near-limit signal, live reconfiguration, and the window
+// algorithms.
 mod live;
 mod multi;
 mod near;

@@ -127,7 +127,8 @@ impl<K: Hash + ?Sized, C: Clock> Builder<K, C, Quota> {
     /// type ([`SnapshotError::KeyType`]), or when the builder was given another seed
     /// ([`SnapshotError::Seed`]). A file that is truncated, corrupt or of another version
     /// fails earlier, in [`Snapshot::read`]. A seed given after `restore` that differs from
-    /// the saved one makes [`build`](Self::build) fail with [`Error::SeedConflict`].
+    /// the saved one makes [`build`](Self::build) fail with
+    /// [`Error::SeedConflict`](crate::Error::SeedConflict).
     ///
     /// The elapsed time is wall-clock time (`SystemTime`): the limiter's own clock counts
     /// from its process's start, which a restart resets. A wall clock set back between save

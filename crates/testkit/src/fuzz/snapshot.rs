@@ -2,7 +2,7 @@
 //! restore ([`Builder::restore`](funnel::Builder::restore)). The first byte chooses the mode:
 //!
 //! * **raw** (`% 3 == 0`): the rest, as a file. Never a panic; accepted exactly when an
-//!   independent reading of the documented layout (below, [`reference`]) accepts it, and
+//!   independent reading of the documented layout (below, `reference`) accepts it, and
 //!   refused with the same kind of error; an accepted file restores into a limiter of its
 //!   quota, or is refused for its key type.
 //! * **sealed** (`% 3 == 1`): the rest, as a file whose magic, version and checksum are made

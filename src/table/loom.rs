@@ -520,7 +520,7 @@ fn a_reset_racing_updates_of_its_key_is_never_overwritten_by_a_stale_tat() {
     model(|| {
         let table = table(1);
         let q = quota(2, 10);
-        table.decide(&table.home(A), 100, &q, 1); // TAT 110: one unit left
+        let _ = table.decide(&table.home(A), 100, &q, 1); // TAT 110: one unit left
         let resetter = {
             let table = table.clone();
             thread::spawn(move || table.reset(&table.home(A)))
@@ -593,7 +593,7 @@ fn a_stale_update_cas_cannot_land_after_three_forced_rebinds() {
                 }
             })
         };
-        table.decide(&table.home(A), 10, &q, 1);
+        let _ = table.decide(&table.home(A), 10, &q, 1);
         flood.join().unwrap();
         // D made one request; only A's request landing on D's funnel gives it TAT 30.
         let d = tat_of(&table, D);
@@ -627,7 +627,7 @@ fn a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets() {
                 table.reset(&home); // gen 2, TAT 0: A's word again
             })
         };
-        table.decide(&table.home(A), 10, &q, 1);
+        let _ = table.decide(&table.home(A), 10, &q, 1);
         other.join().unwrap();
         let b = tat_of(&table, B);
         assert!(

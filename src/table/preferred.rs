@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Table, SLOTS_PER_BUCKET};
+use super::Table;
 
 /// The share of the slots in use, in twentieths, below which a lookup reads the preferred slot
 /// first: where its hits still outweigh the mispredicted branch of its misses, with a margin
@@ -31,7 +31,7 @@ const EVERY: u64 = 16;
 #[cfg(not(funnel_loom))]
 #[inline(always)]
 pub(super) fn slot(fp: u64) -> usize {
-    (((fp & 0xFF) as usize) * SLOTS_PER_BUCKET) >> 8
+    (((fp & 0xFF) as usize) * super::SLOTS_PER_BUCKET) >> 8
 }
 
 /// Under loom every key prefers slot 0, where the models' placements put the first key of a
@@ -91,7 +91,7 @@ impl Table {
 mod tests {
     use super::*;
     use crate::quota::Quota;
-    use crate::table::{Home, WhenFull};
+    use crate::table::{Home, WhenFull, SLOTS_PER_BUCKET};
     use std::collections::HashSet;
     use std::time::Duration;
 

@@ -3,7 +3,7 @@
 #
 # Optional: cargo-fuzz needs a nightly toolchain. Without one this prints why it skipped and
 # exits 0; the same fuzz bodies still run on stable over the committed corpus and regression
-# inputs in `cargo test` (tests/fuzz_replay.rs).
+# inputs in `cargo test` (tests/it/fuzz_bodies.rs).
 #
 #   FUZZ_SECONDS   seconds per target (default 60)
 #   FUZZ_TARGETS   space-separated targets (default: all, from `cargo fuzz list`)
@@ -23,7 +23,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 
 skip() {
   printf 'fuzz: skipped: %s\n' "$*"
-  printf 'fuzz: the same fuzz bodies run on stable over the committed inputs in cargo test (tests/fuzz_replay.rs)\n'
+  printf 'fuzz: the same fuzz bodies run on stable over the committed inputs in cargo test (tests/it/fuzz_bodies.rs)\n'
   exit 0
 }
 

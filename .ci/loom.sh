@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Loom models of the keyed table's slot protocol (src/table/loom.rs): one model per race in
-# docs/DESIGN.md, "Why each race comes out right", each on a one- or two-bucket table; of its
+# docs/design/slot-protocol.md, "Why each race comes out right", each on a one- or two-bucket table; of its
 # growth (src/table/grow/loom.rs); and of the policies built on it (src/multi/loom.rs).
 #
 # * The crate's own cfg, `funnel_loom`, never the global `loom` one (which would switch every

@@ -89,7 +89,7 @@ fn present(c: &mut Criterion, name: &str, (fq, gq): (Quota, governor::Quota), al
     let gov = governor_default(gq);
     let gov_ahash = governor_ahash(gq);
     for k in &stream.keys {
-        l.check(k);
+        let _ = l.check(k);
         let _ = gov.check_key(k);
         let _ = gov_ahash.check_key(k);
     }
@@ -240,7 +240,7 @@ fn evict(c: &mut Criterion) {
     // adding until the last empty slot is taken.
     let mut next = u64::MAX / 2; // far from the keys `Fresh` will hand out
     while l.len() < l.capacity() {
-        l.check(&workload::mix(next));
+        let _ = l.check(&workload::mix(next));
         next += 1;
     }
     let before = l.stats();
@@ -278,7 +278,7 @@ fn time(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let l = Limiter::<u64>::builder(fq).build().expect("table");
     for k in &stream.keys {
-        l.check(k);
+        let _ = l.check(k);
     }
     let mut i = 0usize;
     g.bench_function("funnel-check-clock-read", |b| {

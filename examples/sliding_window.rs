@@ -13,7 +13,7 @@ use funnel::window::SlidingWindowQuota;
 use funnel::Limiter;
 
 fn main() -> Result<(), funnel::Error> {
-    let limiter = Limiter::<str>::sliding_window(SlidingWindowQuota::per_minute(100)?).build()?;
+    let limiter = Limiter::<str>::builder(SlidingWindowQuota::per_minute(100)?).build()?;
     let mut admitted = 0;
     let mut first_denial = None;
     for request in 1..=120 {

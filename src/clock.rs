@@ -110,14 +110,14 @@ pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> Timestamp;
 
-    /// Whether reading this clock holds back the memory loads that follow it, as reading the
-    /// TSC (`rdtsc`) does: then a keyed decision starts loading the key's buckets before it
-    /// reads the clock, so the two overlap. `false` for a clock that is itself one load from
-    /// memory ([`RecentClock`], [`ManualClock`]), where those early hints would only cost
-    /// instructions. The default, `true`, is right for any clock that reads a counter.
+    /// Whether [`now`](Self::now) is a load of a time kept in memory, as [`RecentClock`] and
+    /// [`ManualClock`] are: a keyed decision then reads it before it looks the key up. `false`
+    /// (the default) for a clock that reads a counter (a TSC, the operating system's clock):
+    /// a keyed decision starts loading the key's slots first, so the clock read and the
+    /// memory loads overlap.
     #[inline]
-    fn holds_back_loads(&self) -> bool {
-        true
+    fn reads_memory(&self) -> bool {
+        false
     }
 }
 
@@ -128,8 +128,8 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
 
     #[inline]
-    fn holds_back_loads(&self) -> bool {
-        (**self).holds_back_loads()
+    fn reads_memory(&self) -> bool {
+        (**self).reads_memory()
     }
 }
 
@@ -140,17 +140,15 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
 
     #[inline]
-    fn holds_back_loads(&self) -> bool {
-        (**self).holds_back_loads()
+    fn reads_memory(&self) -> bool {
+        (**self).reads_memory()
     }
 }
 
-/// The default clock.
-pub type DefaultClock = QuantaClock;
-
-/// The default clock: [`quanta`]'s TSC-based clock (cheaper to read than `Instant::now()`:
-/// `cargo bench --bench paths -- paths/clock`), counted from one origin shared by every `QuantaClock` of the process: when the first one was built. Times
-/// read from any two of them (so from any two limiters on the default clock) agree.
+/// The default clock: [`quanta`]'s TSC-based clock (cheaper to read than `Instant::now()`),
+/// counted from one origin shared by every `QuantaClock` of the process: when the first one
+/// was built. Times read from any two of them (so from any two limiters on the default clock)
+/// agree.
 ///
 /// quanta decides whether the TSC can be trusted (an invariant TSC) and calibrates it against
 /// the operating system's monotonic clock. Where it chose the TSC on x86_64, this clock then
@@ -158,7 +156,7 @@ pub type DefaultClock = QuantaClock;
 /// than through quanta's out-of-line `raw()` call: the same counter and the same calibration
 /// (the two agree to the nanosecond). Read alone, both cost the `rdtsc`; inside a keyed
 /// decision the inline read is cheaper, as the call and quanta's 128-bit conversion go
-/// (docs/DESIGN.md, "Reading the time"). Elsewhere it reads through quanta.
+/// (docs/design/arithmetic-and-time.md, "Reading the time"). Elsewhere it reads through quanta.
 ///
 /// On hosts whose cores' TSCs are not synchronised quanta can step back slightly between
 /// cores; the arithmetic turns that into a stricter decision, never a looser one. Use
@@ -352,8 +350,8 @@ impl Clock for ManualClock {
 
     /// One load.
     #[inline]
-    fn holds_back_loads(&self) -> bool {
-        false
+    fn reads_memory(&self) -> bool {
+        true
     }
 }
 

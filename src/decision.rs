@@ -44,6 +44,7 @@ pub enum Outcome {
 /// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "a decision does nothing unless its outcome is read"]
 pub struct Decision {
     /// The limit in the low 61 bits (a quota's limit is at most `2^60`: its tolerance
     /// `T * limit` is, and `T >= 1`), the [`Outcome`] in the top three (`OUTCOME_SHIFT`).

@@ -131,46 +131,10 @@ pub enum Error {
         /// limiter for another key.
         another_limiter: bool,
     },
-    /// Reading or writing a saved state ([`Snapshot`](crate::Snapshot)) failed.
-    SnapshotIo {
-        /// The I/O error's kind.
-        kind: std::io::ErrorKind,
-        /// Its message.
-        message: String,
-    },
-    /// The input is not a saved limiter state (its first bytes are not funnel's magic).
-    SnapshotNotFunnel,
-    /// The saved state is in another format version than this crate reads.
-    SnapshotVersion {
-        /// The file's version.
-        found: u32,
-        /// The version this crate reads.
-        supported: u32,
-    },
-    /// The saved state ends before its last byte.
-    SnapshotTruncated,
-    /// The saved state's bytes are not the ones written (checksum mismatch, trailing bytes) or
-    /// hold a field out of range.
-    SnapshotCorrupt {
-        /// What was wrong.
-        reason: &'static str,
-    },
-    /// The saved state was saved under another quota than the limiter restoring it has.
-    SnapshotQuota {
-        /// The saved quota's emission interval, ns.
-        saved_interval_nanos: u64,
-        /// The saved quota's limit.
-        saved_limit: u64,
-        /// The restoring limiter's emission interval, ns.
-        interval_nanos: u64,
-        /// The restoring limiter's limit.
-        limit: u64,
-    },
-    /// The saved state was saved by a limiter of another key type.
-    SnapshotKeyType,
-    /// The builder restoring a saved state was given a seed other than the saved state's: the
-    /// saved fingerprints would match no key.
-    SnapshotSeed,
+    /// The builder was given a seed ([`Builder::seed`](crate::Builder::seed)) after a saved
+    /// state ([`Builder::restore`](crate::Builder::restore)) holding another one: the saved
+    /// fingerprints would match no key.
+    SeedConflict,
 }
 
 impl fmt::Display for Error {
@@ -247,32 +211,8 @@ impl fmt::Display for Error {
                     "could not allocate {bytes} bytes for the limiter's table"
                 )
             }
-            Error::SnapshotIo { message, .. } => write!(f, "saved limiter state: {message}"),
-            Error::SnapshotNotFunnel => f.write_str("not a saved funnel limiter state"),
-            Error::SnapshotVersion { found, supported } => write!(
-                f,
-                "saved limiter state of format version {found}; this build reads version {supported}"
-            ),
-            Error::SnapshotTruncated => f.write_str("saved limiter state is truncated"),
-            Error::SnapshotCorrupt { reason } => {
-                write!(f, "saved limiter state is corrupt: {reason}")
-            }
-            Error::SnapshotQuota {
-                saved_interval_nanos,
-                saved_limit,
-                interval_nanos,
-                limit,
-            } => write!(
-                f,
-                "saved limiter state is for a quota of limit {saved_limit}, one unit every \
-                 {saved_interval_nanos} ns; this limiter's is limit {limit}, one every \
-                 {interval_nanos} ns"
-            ),
-            Error::SnapshotKeyType => {
-                f.write_str("saved limiter state was saved by a limiter of another key type")
-            }
-            Error::SnapshotSeed => f.write_str(
-                "saved limiter state holds another hasher seed than the one the builder was given",
+            Error::SeedConflict => f.write_str(
+                "the builder's seed differs from the one of the saved state it restores",
             ),
         }
     }

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::clock::{Clock, DefaultClock, Timestamp};
+use crate::clock::{Clock, QuantaClock, Timestamp};
 use crate::decision::Decision;
 use crate::gcra;
 use crate::quota::Quota;
@@ -31,16 +31,16 @@ use crate::quota::Quota;
 /// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct Funnel<C = DefaultClock> {
+pub struct Funnel<C = QuantaClock> {
     tat: AtomicU64,
     quota: Quota,
     clock: C,
 }
 
-impl Funnel<DefaultClock> {
+impl Funnel<QuantaClock> {
     /// A fresh funnel on the default clock.
     pub fn new(quota: Quota) -> Self {
-        Funnel::with_clock(quota, DefaultClock::new())
+        Funnel::with_clock(quota, QuantaClock::new())
     }
 }
 

@@ -50,9 +50,9 @@
 //!
 //! * `gcra` — the arithmetic (pure, no atomics); [`Decision`] — the answer;
 //! * `state` — the bit layout of the packed word;
-//! * `table` — the slot protocol and lazy eviction (see `docs/DESIGN.md`);
-//! * [`Limiter`], [`Funnel`] — the public layer; `replay` (cargo feature `replay`) —
-//!   CL.THROTTLE traffic replay.
+//! * `table` — the slot protocol and lazy eviction (see `docs/design/slot-protocol.md`);
+//! * [`Limiter`], [`Funnel`] — the public layer, with the calls every keyed limiter shares in
+//!   `keyed`; `replay` (cargo feature `replay`) — CL.THROTTLE traffic replay.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -62,9 +62,10 @@ mod error;
 mod funnel;
 mod gcra;
 mod hasher;
+mod keyed;
 mod limiter;
-mod meter;
 mod quota;
+mod quota_kind;
 #[cfg(feature = "replay")]
 pub mod replay;
 mod snapshot;
@@ -78,9 +79,9 @@ pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use funnel::Funnel;
 pub use limiter::{Builder, FixedWindowLimiter, Limiter, SlidingWindowLimiter, DEFAULT_CAPACITY};
-pub use meter::Meter;
 pub use quota::Quota;
-pub use snapshot::Snapshot;
+pub use quota_kind::QuotaKind;
+pub use snapshot::{Snapshot, SnapshotError};
 pub use table::{Stats, WhenFull, MAX_CAPACITY};
 pub use with_quota::WithQuota;
 
@@ -89,9 +90,9 @@ pub use with_quota::WithQuota;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// Policies beyond one limit per request (docs/DESIGN.md, from "Several limits, all or
-// nothing" on): several limits all or nothing, settle-later costs, the near-limit signal, live
-// reconfiguration, and the window algorithms.
+// Policies beyond one limit per request (`docs/design/policies.md`): several limits all or
+// nothing, settle-later costs, the near-limit signal, live reconfiguration, and the window
+// algorithms.
 mod live;
 mod multi;
 mod near;
@@ -99,5 +100,5 @@ mod settle;
 pub mod window;
 
 pub use live::{LiveLimiter, LiveQuota};
-pub use multi::{check_all, Charge, Cost, MultiDecision};
+pub use multi::{check_all, Charge, CheckAllEntry, MultiDecision};
 pub use settle::{Reservation, Settled};

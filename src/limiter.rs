@@ -5,15 +5,14 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
-use crate::clock::{Clock, DefaultClock, Timestamp};
+use crate::clock::{Clock, QuantaClock, Timestamp};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::hasher::KeyHash;
-use crate::meter::Meter;
 use crate::quota::Quota;
+use crate::quota_kind::QuotaKind;
 use crate::table::{Home, Stats, Table, Updated, WhenFull};
 use crate::window::{FixedWindowQuota, SlidingWindowQuota};
-use crate::with_quota::WithQuota;
 
 mod persist;
 
@@ -63,7 +62,7 @@ const DEFAULT_GROWABLE_START: usize = 1 << 10;
 /// assert!(by_id.check_n(&42, 3).is_allowed());
 /// # Ok::<(), funnel::Error>(())
 /// ```
-pub struct Limiter<K: ?Sized, C = DefaultClock, Q = Quota> {
+pub struct Limiter<K: ?Sized, C = QuantaClock, Q = Quota> {
     table: Table,
     /// This limiter's identity among the limiters of the process, recorded by reservations.
     id: u64,
@@ -83,17 +82,34 @@ pub struct Limiter<K: ?Sized, C = DefaultClock, Q = Quota> {
 /// use funnel::{window::FixedWindowQuota, FixedWindowLimiter, Limiter};
 ///
 /// let per_minute: FixedWindowLimiter<str> =
-///     Limiter::<str>::fixed_window(FixedWindowQuota::per_minute(100)?).build()?;
+///     Limiter::<str>::builder(FixedWindowQuota::per_minute(100)?).build()?;
 /// assert_eq!(per_minute.check("alice").remaining(), 99);
 /// # Ok::<(), funnel::Error>(())
 /// ```
-pub type FixedWindowLimiter<K, C = DefaultClock> = Limiter<K, C, FixedWindowQuota>;
+pub type FixedWindowLimiter<K, C = QuantaClock> = Limiter<K, C, FixedWindowQuota>;
 
 /// A keyed sliding window counter: [`Limiter`] with a [`SlidingWindowQuota`] in each slot
 /// (`funnel::window` has its rules and ranges).
-pub type SlidingWindowLimiter<K, C = DefaultClock> = Limiter<K, C, SlidingWindowQuota>;
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use funnel::{clock::ManualClock, window::SlidingWindowQuota, Limiter};
+///
+/// let clock = ManualClock::new();
+/// let q = SlidingWindowQuota::per_period(4, Duration::from_secs(10))?;
+/// let limiter = Limiter::<u64>::builder(q).clock(clock.clone()).build()?;
+/// assert!((0..4).all(|_| limiter.check(&7).is_allowed()));
+/// // 2.5 s into the next window, the previous window's 4 weigh 4 * 7.5 / 10 = 3.
+/// clock.advance(Duration::from_millis(12_500));
+/// assert!(limiter.check(&7).is_allowed());
+/// assert!(!limiter.check(&7).is_allowed());
+/// # Ok::<(), funnel::Error>(())
+/// ```
+pub type SlidingWindowLimiter<K, C = QuantaClock> = Limiter<K, C, SlidingWindowQuota>;
 
-impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
+impl<K: Hash + ?Sized> Limiter<K, QuantaClock> {
     /// A funnel limiter for up to [`DEFAULT_CAPACITY`] keys on the default clock, evicting the
     /// least indebted funnel when full.
     pub fn new(quota: Quota) -> Self {
@@ -117,103 +133,28 @@ impl<K: Hash + ?Sized> Limiter<K, DefaultClock> {
     /// assert_eq!(windows.check("k").remaining(), 99);
     /// # Ok::<(), funnel::Error>(())
     /// ```
-    pub fn builder<M: Meter>(quota: M) -> Builder<K, DefaultClock, M> {
-        Builder::new(quota)
-    }
-
-    /// A builder of a keyed fixed window counter: at most `quota.limit()` units per key in
-    /// every window `[k W, (k + 1) W)`. The same as [`builder`](Self::builder) with a
-    /// [`FixedWindowQuota`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use funnel::{clock::ManualClock, window::FixedWindowQuota, Limiter};
-    ///
-    /// let clock = ManualClock::new();
-    /// let per_minute = Limiter::<str>::fixed_window(FixedWindowQuota::per_minute(2)?)
-    ///     .clock(clock.clone())
-    ///     .build()?;
-    /// assert!(per_minute.check("alice").is_allowed());
-    /// assert!(per_minute.check("alice").is_allowed());
-    /// let d = per_minute.check("alice");
-    /// assert!(!d.is_allowed());
-    /// assert_eq!(d.retry_after(), Some(Duration::from_secs(60))); // the next window
-    /// assert!(per_minute.check("bob").is_allowed());
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    pub fn fixed_window(quota: FixedWindowQuota) -> Builder<K, DefaultClock, FixedWindowQuota> {
-        Builder::new(quota)
-    }
-
-    /// A builder of a keyed sliding window counter: at most about `quota.limit()` units per
-    /// key in any window-long span (the previous window's count weighted by its overlap). The
-    /// same as [`builder`](Self::builder) with a [`SlidingWindowQuota`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use funnel::{clock::ManualClock, window::SlidingWindowQuota, Limiter};
-    ///
-    /// let clock = ManualClock::new();
-    /// let q = SlidingWindowQuota::per_period(4, Duration::from_secs(10))?;
-    /// let limiter = Limiter::<u64>::sliding_window(q).clock(clock.clone()).build()?;
-    /// assert!((0..4).all(|_| limiter.check(&7).is_allowed()));
-    /// // 2.5 s into the next window, the previous window's 4 weigh 4 * 7.5 / 10 = 3.
-    /// clock.advance(Duration::from_millis(12_500));
-    /// assert!(limiter.check(&7).is_allowed());
-    /// assert!(!limiter.check(&7).is_allowed());
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    pub fn sliding_window(
-        quota: SlidingWindowQuota,
-    ) -> Builder<K, DefaultClock, SlidingWindowQuota> {
+    pub fn builder<M: QuotaKind>(quota: M) -> Builder<K, QuantaClock, M> {
         Builder::new(quota)
     }
 }
 
-impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
-    /// One unit request for `key`, now.
-    #[inline(always)]
-    pub fn check(&self, key: &K) -> Decision {
-        self.decide_now(key, &self.quota, 1)
-    }
-
-    /// A request of `n` units for `key`, now. `n = 0` is a peek.
-    #[inline(always)]
-    pub fn check_n(&self, key: &K, n: u64) -> Decision {
-        self.decide_now(key, &self.quota, n)
-    }
-
-    /// [`check`](Self::check) at the caller's `now` (no clock read).
-    #[inline(always)]
-    pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.decide_at(key, &self.quota, 1, now)
-    }
-
-    /// [`check_n`](Self::check_n) at the caller's `now`.
-    #[inline(always)]
-    pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
-        self.decide_at(key, &self.quota, n, now)
-    }
-
+impl<K: Hash + ?Sized, C: Clock, Q: QuotaKind> Limiter<K, C, Q> {
     /// A request of `n` units for `key` under `quota`, now. The key's bucket lines start
     /// loading before the clock is read: the read (`rdtsc` on x86_64) holds back the loads
     /// that follow it, so issued first they overlap it. The lookup then uses the buckets
-    /// `start_loading` indexed, without hinting them again (docs/DESIGN.md, "Reading the
-    /// time", says why and what was measured against it).
+    /// `start_loading` indexed, without hinting them again (`docs/design/arithmetic-and-time.md`, "Reading the time", says
+    /// why). A clock that [`reads_memory`](Clock::reads_memory) has no read to
+    /// overlap, so its decisions skip the hints.
     #[inline(always)]
-    pub(crate) fn decide_now<M: Meter>(&self, key: &K, quota: &M, n: u64) -> Decision {
+    pub(crate) fn decide_now<M: QuotaKind>(&self, key: &K, quota: &M, n: u64) -> Decision {
         let home = self.table.home(self.hasher.hash(key));
-        if self.clock.holds_back_loads() {
+        if self.clock.reads_memory() {
+            self.table
+                .decide(&home, self.clock.now().as_nanos(), quota, n)
+        } else {
             let probe = self.table.start_loading(&home);
             let now = self.clock.now();
             self.table.decide_loaded(probe, now.as_nanos(), quota, n)
-        } else {
-            self.table
-                .decide(&home, self.clock.now().as_nanos(), quota, n)
         }
     }
 
@@ -221,7 +162,7 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     /// decisions and the batch (the decisions that read the clock go through
     /// [`decide_now`](Self::decide_now)).
     #[inline(always)]
-    pub(crate) fn decide_at<M: Meter>(
+    pub(crate) fn decide_at<M: QuotaKind>(
         &self,
         key: &K,
         quota: &M,
@@ -232,47 +173,9 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
         self.table.decide(&home, now.as_nanos(), quota, n)
     }
 
-    /// One unit request for each of `keys`, in order, now (one clock read for the batch),
-    /// appending one decision per key to `out`. See [`check_batch_at`](Self::check_batch_at).
-    pub fn check_batch<B: Borrow<K>>(&self, keys: &[B], out: &mut Vec<Decision>) {
-        self.check_batch_at(keys, self.clock.now(), out);
-    }
-
-    /// One unit request for each of `keys`, in order, at the caller's `now`, appending one
-    /// decision per key to `out`: the same decisions as [`check_at`](Self::check_at) called
-    /// for each key in turn, but faster when the table is larger than the CPU caches. While
-    /// deciding one key the batch hashes the keys a few places ahead and starts loading their
-    /// buckets, so the cache misses of different keys overlap instead of queueing.
-    ///
-    /// For callers that hold many keys at once: an event loop draining a socket batch, a log
-    /// replayer, a gateway checking every request of a pipeline. Longer batches go faster on
-    /// a table larger than the caches, since the look-ahead starts again with each call. On a
-    /// table that fits the caches the batch decides key by key.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use funnel::{Limiter, Quota};
-    ///
-    /// let limiter = Limiter::<str>::new(Quota::per_second(1)?);
-    /// let mut decisions = Vec::new();
-    /// limiter.check_batch_at(&["a", "b", "a"], limiter.now(), &mut decisions);
-    /// let allowed: Vec<bool> = decisions.iter().map(|d| d.is_allowed()).collect();
-    /// assert_eq!(allowed, [true, true, false]);
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    pub fn check_batch_at<B: Borrow<K>>(
-        &self,
-        keys: &[B],
-        now: Timestamp,
-        out: &mut Vec<Decision>,
-    ) {
-        self.decide_batch_at(keys, &self.quota, now, out);
-    }
-
     /// [`check_batch_at`](Self::check_batch_at) under `quota`: the limiter's own, or a
     /// [`LiveLimiter`](crate::LiveLimiter)'s current one.
-    pub(crate) fn decide_batch_at<B: Borrow<K>, M: Meter>(
+    pub(crate) fn decide_batch_at<B: Borrow<K>, M: QuotaKind>(
         &self,
         keys: &[B],
         quota: &M,
@@ -281,7 +184,7 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
     ) {
         /// How far ahead the batch hashes keys and prefetches their buckets: enough decisions
         /// in between to cover a memory miss, few enough that the lines are still cached when
-        /// their turn comes (a shorter look-ahead was slower on tables beyond the caches).
+        /// their turn comes.
         const AHEAD: usize = 32;
         /// Below this many bytes in use the table stays in the CPU's caches, and looking ahead
         /// only costs.
@@ -314,41 +217,6 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
         }
     }
 
-    /// `key`'s state now, charging nothing and creating nothing: the answer of a request of
-    /// no units ([`check_n`](Self::check_n) with `n = 0`).
-    ///
-    /// A funnel key in debt beyond its tolerance (charged past its limit by
-    /// [`settle`](Self::settle), or kept as time through a quota change) answers a peek
-    /// **limited**, with a retry one emission interval shorter than a unit request's: the time
-    /// until the debt is back within the tolerance, where a unit request also needs room for
-    /// its own unit.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use funnel::{clock::ManualClock, Limiter, Quota};
-    ///
-    /// let limiter = Limiter::<str>::builder(Quota::per_second(10)?).clock(ManualClock::new()).build()?;
-    /// let r = limiter.reserve("k", 1);
-    /// limiter.settle("k", r, 15)?; // 15 units of a limit of 10: 5 beyond the tolerance
-    /// let peek = limiter.peek("k");
-    /// assert!(!peek.is_allowed());
-    /// assert_eq!(peek.retry_after(), Some(Duration::from_millis(500)));
-    /// assert_eq!(limiter.check("k").retry_after(), Some(Duration::from_millis(600)));
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    #[inline]
-    pub fn peek(&self, key: &K) -> Decision {
-        self.check_n(key, 0)
-    }
-
-    /// `key`'s state at the caller's `now`, charging nothing.
-    #[inline]
-    pub fn peek_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.check_n_at(key, 0, now)
-    }
-
     /// Empties `key`'s funnel (its full quota is back); false if the key was not tracked.
     pub fn reset(&self, key: &K) -> bool {
         let home = self.table.home(self.hasher.hash(key));
@@ -366,30 +234,6 @@ impl<K: Hash + ?Sized, C: Clock, Q: Meter> Limiter<K, C, Q> {
 /// raising a key to a known arrival time. A window counter's state is not an arrival time, so
 /// these are the funnel's only.
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
-    /// A view of this limiter deciding under `quota` instead of its own, with the same
-    /// methods ([`check`](WithQuota::check), [`peek`](WithQuota::peek),
-    /// [`refund`](WithQuota::refund), [`reserve`](WithQuota::reserve),
-    /// [`cost`](WithQuota::cost), ...): a per-call quota, as CL.THROTTLE takes its parameters
-    /// on every call, or a per-key override. The funnel's state is only its arrival time, so
-    /// quotas may change between calls without losing the key's debt.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use funnel::{Limiter, Quota};
-    ///
-    /// let limiter = Limiter::<str>::new(Quota::per_second(10)?);
-    /// let premium = Quota::per_second(10)?.with_limit(100)?;
-    /// let quota_for = |key: &str| if key.starts_with("vip:") { premium } else { *limiter.quota() };
-    /// assert_eq!(limiter.with_quota(quota_for("vip:ada")).check("vip:ada").remaining(), 99);
-    /// assert_eq!(limiter.with_quota(quota_for("bob")).check("bob").remaining(), 9);
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    #[inline(always)]
-    pub fn with_quota(&self, quota: Quota) -> WithQuota<'_, K, C> {
-        WithQuota::new(self, quota)
-    }
-
     /// The general read-modify-write of `key`'s arrival time at `now`: see `Table::update`.
     /// Public operations other than decisions (refunds, raising a key to a known arrival time)
     /// are built on it.
@@ -412,37 +256,6 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     pub(crate) fn arrival_time(&self, key: &K) -> u64 {
         let home = self.table.home(self.hasher.hash(key));
         self.table.arrival_time(&home)
-    }
-
-    /// Gives back `n` units charged to `key` under the limiter's quota, now: its funnel's
-    /// arrival time moves back by `n` emission intervals, but never below now, so a refund
-    /// never leaves a funnel emptier than a fresh one. False when there was nothing to give
-    /// back (the key is untracked or its funnel already empty). Use it to undo a charge for a
-    /// request that was not served.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use funnel::{clock::ManualClock, Limiter, Quota};
-    ///
-    /// let limiter = Limiter::<str>::builder(Quota::per_second(2)?)
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// assert!(limiter.check("k").is_allowed());
-    /// assert!(limiter.check("k").is_allowed());
-    /// assert!(!limiter.check("k").is_allowed());
-    /// assert!(limiter.refund("k", 1)); // the second request was not served after all
-    /// assert!(limiter.check("k").is_allowed());
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    pub fn refund(&self, key: &K, n: u64) -> bool {
-        self.refund_under(key, &self.quota, n, self.clock.now())
-    }
-
-    /// [`refund`](Self::refund) at the caller's `now`. Units charged under another quota go
-    /// back through [`with_quota`](Self::with_quota)`(quota).refund_at(..)`.
-    pub fn refund_at(&self, key: &K, n: u64, now: Timestamp) -> bool {
-        self.refund_under(key, &self.quota, n, now)
     }
 
     /// A refund of `n` units of `quota`, at `now`.
@@ -577,7 +390,7 @@ impl<K: ?Sized, C, Q: std::fmt::Debug> std::fmt::Debug for Limiter<K, C, Q> {
 /// # Ok::<(), funnel::Error>(())
 /// ```
 #[must_use]
-pub struct Builder<K: ?Sized, C = DefaultClock, Q = Quota> {
+pub struct Builder<K: ?Sized, C = QuantaClock, Q = Quota> {
     quota: Q,
     /// The fixed capacity, or the initial one of a growable table; `None`: the default.
     capacity: Option<usize>,
@@ -589,7 +402,7 @@ pub struct Builder<K: ?Sized, C = DefaultClock, Q = Quota> {
     /// `None`: the default (huge pages for a fixed table of 8 MiB or more).
     huge_pages: Option<bool>,
     /// A saved state to load (`restore`, `limiter/persist.rs`).
-    restore: Option<crate::snapshot::Snapshot>,
+    restore: Option<(crate::snapshot::Snapshot, KeyHash)>,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -607,13 +420,13 @@ impl<K: ?Sized, C, Q: std::fmt::Debug> std::fmt::Debug for Builder<K, C, Q> {
     }
 }
 
-impl<K: ?Sized, Q> Builder<K, DefaultClock, Q> {
+impl<K: ?Sized, Q> Builder<K, QuantaClock, Q> {
     fn new(quota: Q) -> Self {
         Builder {
             quota,
             capacity: None,
             max_capacity: None,
-            clock: DefaultClock::new(),
+            clock: QuantaClock::new(),
             seed: None,
             when_full: WhenFull::default(),
             huge_pages: None,
@@ -623,7 +436,7 @@ impl<K: ?Sized, Q> Builder<K, DefaultClock, Q> {
     }
 }
 
-impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
+impl<K: ?Sized, C: Clock, Q: QuotaKind> Builder<K, C, Q> {
     /// Room for at least `keys` keys, rounded up to a whole bucket of seven slots; a 128-byte
     /// bucket per seven slots (18.3 bytes a slot). Without
     /// [`max_capacity`](Self::max_capacity) the table keeps this size for its whole life (the
@@ -634,7 +447,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// moment. Keys whose funnel has recovered need no slot, but a new key has only 14
     /// candidate slots: when they are all in debt it moves one of their keys to that key's
     /// other bucket, and the table starts evicting (or applies [`WhenFull`]) once about 90% of
-    /// its slots hold funnels in debt (`docs/DESIGN.md`, "Two-choice placement").
+    /// its slots hold funnels in debt (`docs/design/table.md`, "Two-choice placement").
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = Some(keys);
         self
@@ -654,8 +467,8 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// chunks, carried by the requests that take the slow path. While keys move, a new key waits
     /// (helping the move) once the new size is three quarters full, so the keys still to move
     /// keep room; a move that still finds its key no slot after many tries evicts the least
-    /// indebted candidate, counted in [`Stats::forced_evictions`] (the stress tests, up to 16
-    /// threads on 2 cores, have not seen one).
+    /// indebted candidate, counted in [`Stats::forced_evictions`] (a last resort, so that a
+    /// move always ends).
     ///
     /// # Examples
     ///
@@ -719,21 +532,21 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
     /// nothing.
     ///
     /// Why: a table larger than what the CPU's TLB covers with 4 KiB pages (a few MiB) takes a
-    /// page walk on most lookups of keys spread over it; with huge pages single decisions and
-    /// batches on such tables were faster, and never slower (docs/DESIGN.md, "The table"). A
+    /// page walk on most lookups of keys spread over it; huge pages cover it with a few TLB
+    /// entries (docs/design/table.md). A
     /// fixed table is touched whole when it is built, so the kernel finds its huge pages then,
     /// and its resident memory is the same either way. The first build in a process may take
     /// longer while the kernel makes huge pages by compacting memory (its
-    /// `/sys/kernel/mm/transparent_hugepage/defrag` setting). A table under 32 MiB may get memory the allocator has used
-    /// before (glibc's dynamic mmap threshold), already on small pages: the kernel then moves it
-    /// to huge pages only in the background, if at all, and `Stats::huge_pages` says only that
-    /// the advice was taken.
+    /// `/sys/kernel/mm/transparent_hugepage/defrag` setting). A table under 32 MiB may get
+    /// memory the allocator has used before (glibc's dynamic mmap threshold), already on small
+    /// pages: the kernel then moves it to huge pages only in the background, if at all, and
+    /// `Stats::huge_pages` says only that the advice was taken.
     ///
     /// A growable table touches its pages as it grows, in the requests that move keys, and
-    /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page,
-    /// which made the slowest request of a growth far slower even though most requests got
-    /// faster; its resident memory also rounds up to 2 MiB. Hence off by default there; ask for it where
-    /// lookups matter more than the slowest request while the table grows.
+    /// with huge pages such a request may wait for the kernel to find and zero a 2 MiB page:
+    /// the slowest request of a growth waits longer even where most requests gain; its resident
+    /// memory also rounds up to 2 MiB. Hence off by default there; ask for it where lookups
+    /// matter more than the slowest request while the table grows.
     ///
     /// # Examples
     ///
@@ -759,22 +572,33 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
         self
     }
 
+    /// The hasher of [`seed`](Self::seed), if one was given.
+    fn seeded(&self) -> Option<KeyHash> {
+        self.seed.map(|seed| {
+            let mut s = seed;
+            let mut next = || splitmix64(&mut s);
+            KeyHash::with_seeds(next(), next(), next(), next())
+        })
+    }
+
     /// Allocates the table.
     ///
     /// # Errors
     ///
     /// [`Error::ZeroCapacity`], [`Error::CapacityTooLarge`],
     /// [`Error::MaxCapacityBelowCapacity`], [`Error::OutOfMemory`]; with
-    /// [`restore`](Self::restore), [`Error::SnapshotQuota`], [`Error::SnapshotKeyType`],
-    /// [`Error::SnapshotSeed`].
+    /// [`restore`](Self::restore), [`Error::SeedConflict`].
     pub fn build(self) -> Result<Limiter<K, C, Q>, Error> {
-        let seeded = self.seed.map(|seed| {
-            let mut s = seed;
-            let mut next = || splitmix64(&mut s);
-            KeyHash::with_seeds(next(), next(), next(), next())
-        });
+        let seeded = self.seeded();
         let hasher = match &self.restore {
-            Some(snapshot) => persist::hasher_for::<K, Q>(snapshot, &self.quota, seeded)?,
+            Some((_, restored))
+                if seeded
+                    .as_ref()
+                    .is_some_and(|h| h.seeds() != restored.seeds()) =>
+            {
+                return Err(Error::SeedConflict);
+            }
+            Some((_, restored)) => restored.clone(),
             None => seeded.unwrap_or_else(KeyHash::random),
         };
         let limiter = Limiter {
@@ -800,7 +624,7 @@ impl<K: ?Sized, C: Clock, Q: Meter> Builder<K, C, Q> {
             clock: self.clock,
             _key: PhantomData,
         };
-        if let Some(snapshot) = self.restore {
+        if let Some((snapshot, _)) = self.restore {
             persist::load(&limiter, snapshot);
         }
         Ok(limiter)

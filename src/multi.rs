@@ -6,7 +6,7 @@
 //! update when its key is present; charging a key not yet tracked creates it, under that key's
 //! per-stripe creation lock, as any new key is. The argument (why a rollback restores
 //! exactly what the charge took, and why the charge's brief presence only makes concurrent
-//! requests stricter) is in `docs/DESIGN.md`, "Several limits, all or nothing".
+//! requests stricter) is in `docs/design/policies.md`, "Several limits, all or nothing".
 
 use std::hash::Hash;
 
@@ -38,11 +38,11 @@ pub trait Charge {
 
     /// What the request would get at `now`, charging nothing and creating nothing (a
     /// check-only decision).
-    fn estimate(&self, now: Timestamp) -> Decision;
+    fn peek(&self, now: Timestamp) -> Decision;
 }
 
-/// A reference to an entry is an entry, so [`check_all`] takes `&[&Cost]` and `&[&dyn Charge]`
-/// (limiters of different types) as well as `&[Cost]`.
+/// A reference to an entry is an entry, so [`check_all`] takes `&[&CheckAllEntry]` and
+/// `&[&dyn Charge]` (limiters of different types) as well as `&[CheckAllEntry]`.
 impl<T: Charge + ?Sized> Charge for &T {
     #[inline]
     fn charge(&self, now: Timestamp) -> Decision {
@@ -55,15 +55,15 @@ impl<T: Charge + ?Sized> Charge for &T {
     }
 
     #[inline]
-    fn estimate(&self, now: Timestamp) -> Decision {
-        (**self).estimate(now)
+    fn peek(&self, now: Timestamp) -> Decision {
+        (**self).peek(now)
     }
 }
 
 /// A request of `cost` units for one key of one [`Limiter`], under a quota: an entry for
-/// [`check_all`]. Made by [`Limiter::cost`] (the limiter's quota),
-/// [`WithQuota::cost`](crate::WithQuota::cost) (another quota) and
-/// [`LiveLimiter::cost`](crate::LiveLimiter::cost) (the live quota).
+/// [`check_all`]. Made by [`Limiter::cost`] (the limiter's quota) and
+/// [`WithQuota::cost`](crate::WithQuota::cost) (another quota, or a
+/// [`LiveLimiter`](crate::LiveLimiter)'s current one).
 ///
 /// # Examples
 ///
@@ -73,19 +73,19 @@ impl<T: Charge + ?Sized> Charge for &T {
 /// let limiter = Limiter::<str>::builder(Quota::per_second(2)?).clock(ManualClock::new()).build()?;
 /// let now = limiter.now();
 /// let entry = limiter.cost("k", 2);
-/// assert_eq!(entry.estimate(now).remaining(), 0); // check only: nothing charged
+/// assert_eq!(entry.peek(now).remaining(), 0); // check only: nothing charged
 /// assert!(entry.charge(now).is_allowed());
-/// assert!(!entry.estimate(now).is_allowed());
+/// assert!(!entry.peek(now).is_allowed());
 /// # Ok::<(), funnel::Error>(())
 /// ```
-pub struct Cost<'a, K: ?Sized, C> {
+pub struct CheckAllEntry<'a, K: ?Sized, C> {
     limiter: &'a Limiter<K, C>,
     key: &'a K,
     quota: Quota,
     n: u64,
 }
 
-impl<'a, K: ?Sized, C> Cost<'a, K, C> {
+impl<'a, K: ?Sized, C> CheckAllEntry<'a, K, C> {
     /// The same entry under `quota` instead of the limiter's own: what
     /// [`WithQuota::cost`](crate::WithQuota::cost) makes.
     pub(crate) fn under(mut self, quota: Quota) -> Self {
@@ -104,17 +104,17 @@ impl<'a, K: ?Sized, C> Cost<'a, K, C> {
     }
 }
 
-impl<'a, K: ?Sized, C> Clone for Cost<'a, K, C> {
+impl<'a, K: ?Sized, C> Clone for CheckAllEntry<'a, K, C> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<'a, K: ?Sized, C> Copy for Cost<'a, K, C> {}
+impl<'a, K: ?Sized, C> Copy for CheckAllEntry<'a, K, C> {}
 
-impl<'a, K: ?Sized, C> std::fmt::Debug for Cost<'a, K, C> {
+impl<'a, K: ?Sized, C> std::fmt::Debug for CheckAllEntry<'a, K, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cost")
+        f.debug_struct("CheckAllEntry")
             .field("quota", &self.quota)
             .field("n", &self.n)
             .finish_non_exhaustive()
@@ -123,8 +123,8 @@ impl<'a, K: ?Sized, C> std::fmt::Debug for Cost<'a, K, C> {
 
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     /// An entry charging `n` units to `key` under the limiter's quota, for [`check_all`].
-    pub fn cost<'a>(&'a self, key: &'a K, n: u64) -> Cost<'a, K, C> {
-        Cost {
+    pub fn cost<'a>(&'a self, key: &'a K, n: u64) -> CheckAllEntry<'a, K, C> {
+        CheckAllEntry {
             limiter: self,
             key,
             quota: *self.quota(),
@@ -133,7 +133,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
     }
 }
 
-impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
+impl<'a, K: Hash + ?Sized, C: Clock> Charge for CheckAllEntry<'a, K, C> {
     fn charge(&self, now: Timestamp) -> Decision {
         self.limiter.decide_at(self.key, &self.quota, self.n, now)
     }
@@ -141,7 +141,7 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
     fn undo(&self, charged: &Decision, now: Timestamp) -> Decision {
         // Only `Allowed` stored a charge (`AllowedUntracked` stored nothing).
         if charged.outcome() != Outcome::Allowed || self.n == 0 {
-            return self.estimate(now);
+            return self.peek(now);
         }
         let back = self.n.saturating_mul(self.quota.t);
         let at = now.as_nanos();
@@ -155,7 +155,7 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
         gcra::decide(tat, at, &self.quota, self.n).0
     }
 
-    fn estimate(&self, now: Timestamp) -> Decision {
+    fn peek(&self, now: Timestamp) -> Decision {
         let at = now.as_nanos();
         // A report, as a peek is: lock-free where the key is found (`Table::arrival_time`).
         let tat = self.limiter.arrival_time(self.key);
@@ -197,6 +197,7 @@ impl<'a, K: Hash + ?Sized, C: Clock> Charge for Cost<'a, K, C> {
 /// # Ok::<(), funnel::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use = "a decision does nothing unless its outcome is read"]
 pub struct MultiDecision {
     decisions: Decisions,
     denied_by: Option<usize>,
@@ -286,8 +287,8 @@ impl MultiDecision {
 /// entry admits it; then each is charged. When one denies, the charges already made are rolled
 /// back exactly and nothing stays charged. No entries is an admitted request.
 ///
-/// Entries are funnels: [`Limiter::cost`], [`WithQuota::cost`](crate::WithQuota::cost) and
-/// [`LiveLimiter::cost`](crate::LiveLimiter::cost), given as a slice of any entry type: `&[a,
+/// Entries are funnels: [`Limiter::cost`] and [`WithQuota::cost`](crate::WithQuota::cost)
+/// (another quota, or a [`LiveLimiter`](crate::LiveLimiter)'s current one), given as a slice of any entry type: `&[a,
 /// b]` or a `Vec` of entries of one limiter type, and `&[&dyn Charge]` (a `Vec<&dyn Charge>`
 /// coerces without casts) to mix limiters of different key or clock types. The window counters
 /// have no `cost` and cannot take part (their rollback is not built).
@@ -306,7 +307,7 @@ impl MultiDecision {
 /// hold the other's last unit for a moment and both be denied. While a request's charge is in
 /// place, a concurrent request sees less room than it will have after a rollback: it may be
 /// denied where a sequential order would have admitted it (stricter), never admitted where
-/// none would (`docs/DESIGN.md`, "Several limits, all or nothing").
+/// none would (`docs/design/policies.md`, "Several limits, all or nothing").
 ///
 /// # Examples
 ///
@@ -342,7 +343,7 @@ pub fn check_all<E: Charge>(limits: &[E], now: Timestamp) -> MultiDecision {
         }
         decisions.push(decision);
         for later in &limits[i + 1..] {
-            decisions.push(later.estimate(now));
+            decisions.push(later.peek(now));
         }
         return MultiDecision {
             decisions,

@@ -1,7 +1,7 @@
 //! Settle-later costs: charge an estimate now, settle the actual cost when it is known (the
 //! size of a response, the tokens a model used), more or less than the estimate.
 //!
-//! The rules (`docs/DESIGN.md`, "Settle-later costs"):
+//! The rules (`docs/design/policies.md`, "Settle-later costs"):
 //! * **settling less** gives back the unused part of the estimate, but only the part that has
 //!   not already leaked away since the reservation, and never beyond a fresh funnel;
 //! * **settling more** charges the extra units whatever the funnel holds: it is a debt that must
@@ -93,6 +93,7 @@ impl Reservation {
 
 /// What [`Limiter::settle`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "`Lost` means the extra units were not recorded"]
 #[non_exhaustive]
 pub enum Settled {
     /// The actual cost was what the reservation charged: nothing to do.
@@ -112,19 +113,6 @@ pub enum Settled {
 }
 
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
-    /// Charges an estimate of `estimate` units to `key` now, under the limiter's quota, as
-    /// [`check_n`](Self::check_n) does; settle it with the actual cost by
-    /// [`settle`](Self::settle) once known. Under another quota:
-    /// [`with_quota`](Self::with_quota)`(quota).reserve(..)`.
-    pub fn reserve(&self, key: &K, estimate: u64) -> Reservation {
-        self.reserve_under(key, self.quota(), estimate, self.now())
-    }
-
-    /// [`reserve`](Self::reserve) at the caller's `now`.
-    pub fn reserve_at(&self, key: &K, estimate: u64, now: Timestamp) -> Reservation {
-        self.reserve_under(key, self.quota(), estimate, now)
-    }
-
     /// A reservation of `estimate` units of `quota` at `now`.
     pub(crate) fn reserve_under(
         &self,

@@ -1,7 +1,7 @@
 //! The packed funnel word: one `u64` per key holding the funnel's theoretical arrival time (TAT)
 //! and, in the keyed table, a 2-bit binding generation. Pure bit arithmetic, no atomics.
 //!
-//! Layout (see `docs/DESIGN.md`, "The packed word"):
+//! Layout (see `docs/design/table.md`, "The packed word"):
 //!
 //! ```text
 //!  63 62 61                                                            0

@@ -1,19 +1,18 @@
 //! [`WithQuota`]: a keyed funnel limiter seen under another quota for the calls made through
 //! it. One vocabulary for "this call uses another quota": the view has the limiter's own
-//! method names and signatures, so a per-call quota (as CL.THROTTLE takes one) or a per-key
-//! override is `limiter.with_quota(q).check(key)`, whatever the operation.
+//! calls (written once for both, `keyed.rs`), so a per-call quota (as CL.THROTTLE takes one)
+//! or a per-key override is `limiter.with_quota(q).check(key)`, whatever the operation.
 
 use std::hash::Hash;
 
-use crate::clock::{Clock, DefaultClock, Timestamp};
-use crate::decision::Decision;
+use crate::clock::{Clock, QuantaClock};
 use crate::limiter::Limiter;
-use crate::multi::Cost;
+use crate::multi::CheckAllEntry;
 use crate::quota::Quota;
-use crate::settle::Reservation;
 
 /// A [`Limiter`] deciding under another [`Quota`]: made by [`Limiter::with_quota`] and
-/// [`LiveLimiter::with_quota`](crate::LiveLimiter::with_quota). It borrows the limiter and
+/// [`LiveLimiter::current`](crate::LiveLimiter::current). It has the limiter's calls, the same
+/// code under the view's quota. It borrows the limiter and
 /// costs nothing to make; the keys' funnels are the limiter's own, so what is charged through
 /// the view is charged to the limiter.
 ///
@@ -37,17 +36,12 @@ use crate::settle::Reservation;
 /// assert_eq!(limiter.peek("k").remaining(), 9);
 /// # Ok::<(), funnel::Error>(())
 /// ```
-pub struct WithQuota<'a, K: ?Sized, C = DefaultClock> {
+pub struct WithQuota<'a, K: ?Sized, C = QuantaClock> {
     limiter: &'a Limiter<K, C>,
     quota: Quota,
 }
 
 impl<'a, K: ?Sized, C> WithQuota<'a, K, C> {
-    #[inline(always)]
-    pub(crate) fn new(limiter: &'a Limiter<K, C>, quota: Quota) -> Self {
-        WithQuota { limiter, quota }
-    }
-
     /// The quota the view decides under.
     pub fn quota(&self) -> &Quota {
         &self.quota
@@ -76,70 +70,38 @@ impl<'a, K: ?Sized, C> std::fmt::Debug for WithQuota<'a, K, C> {
 }
 
 impl<'a, K: Hash + ?Sized, C: Clock> WithQuota<'a, K, C> {
-    /// One unit request for `key`, now, under the view's quota: [`Limiter::check`].
-    #[inline(always)]
-    pub fn check(&self, key: &K) -> Decision {
-        self.limiter.decide_now(key, &self.quota, 1)
-    }
-
-    /// A request of `n` units for `key`, now: [`Limiter::check_n`].
-    #[inline(always)]
-    pub fn check_n(&self, key: &K, n: u64) -> Decision {
-        self.limiter.decide_now(key, &self.quota, n)
-    }
-
-    /// [`check`](Self::check) at the caller's `now`: [`Limiter::check_at`].
-    #[inline(always)]
-    pub fn check_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.limiter.decide_at(key, &self.quota, 1, now)
-    }
-
-    /// [`check_n`](Self::check_n) at the caller's `now`: [`Limiter::check_n_at`].
-    #[inline(always)]
-    pub fn check_n_at(&self, key: &K, n: u64, now: Timestamp) -> Decision {
-        self.limiter.decide_at(key, &self.quota, n, now)
-    }
-
-    /// `key`'s state now under the view's quota, charging nothing: [`Limiter::peek`] (which
-    /// says what a key in debt beyond the tolerance answers).
-    #[inline]
-    pub fn peek(&self, key: &K) -> Decision {
-        self.check_n(key, 0)
-    }
-
-    /// [`peek`](Self::peek) at the caller's `now`.
-    #[inline]
-    pub fn peek_at(&self, key: &K, now: Timestamp) -> Decision {
-        self.check_n_at(key, 0, now)
-    }
-
-    /// Gives back `n` units of the view's quota to `key`, now: [`Limiter::refund`]. Pass the
-    /// quota a charge was made under to give back exactly the time it took.
-    pub fn refund(&self, key: &K, n: u64) -> bool {
-        self.limiter
-            .refund_under(key, &self.quota, n, self.limiter.now())
-    }
-
-    /// [`refund`](Self::refund) at the caller's `now`.
-    pub fn refund_at(&self, key: &K, n: u64, now: Timestamp) -> bool {
-        self.limiter.refund_under(key, &self.quota, n, now)
-    }
-
-    /// Charges an estimate under the view's quota, now: [`Limiter::reserve`]. The reservation
-    /// remembers the quota and settles under it ([`Limiter::settle`]).
-    pub fn reserve(&self, key: &K, estimate: u64) -> Reservation {
-        self.limiter
-            .reserve_under(key, &self.quota, estimate, self.limiter.now())
-    }
-
-    /// [`reserve`](Self::reserve) at the caller's `now`.
-    pub fn reserve_at(&self, key: &K, estimate: u64, now: Timestamp) -> Reservation {
-        self.limiter.reserve_under(key, &self.quota, estimate, now)
-    }
-
     /// An entry charging `n` units to `key` under the view's quota, for
     /// [`check_all`](crate::check_all): [`Limiter::cost`].
-    pub fn cost(&self, key: &'a K, n: u64) -> Cost<'a, K, C> {
+    pub fn cost(&self, key: &'a K, n: u64) -> CheckAllEntry<'a, K, C> {
         self.limiter.cost(key, n).under(self.quota)
+    }
+}
+
+impl<K: Hash + ?Sized, C: Clock> Limiter<K, C> {
+    /// A view of this limiter deciding under `quota` instead of its own, with the same
+    /// calls ([`check`](WithQuota::check), [`peek`](WithQuota::peek),
+    /// [`refund`](WithQuota::refund), [`reserve`](WithQuota::reserve),
+    /// [`cost`](WithQuota::cost), ...): a per-call quota, as CL.THROTTLE takes its parameters
+    /// on every call, or a per-key override. The funnel's state is only its arrival time, so
+    /// quotas may change between calls without losing the key's debt.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use funnel::{Limiter, Quota};
+    ///
+    /// let limiter = Limiter::<str>::new(Quota::per_second(10)?);
+    /// let premium = Quota::per_second(10)?.with_limit(100)?;
+    /// let quota_for = |key: &str| if key.starts_with("vip:") { premium } else { *limiter.quota() };
+    /// assert_eq!(limiter.with_quota(quota_for("vip:ada")).check("vip:ada").remaining(), 99);
+    /// assert_eq!(limiter.with_quota(quota_for("bob")).check("bob").remaining(), 9);
+    /// # Ok::<(), funnel::Error>(())
+    /// ```
+    #[inline(always)]
+    pub fn with_quota(&self, quota: Quota) -> WithQuota<'_, K, C> {
+        WithQuota {
+            limiter: self,
+            quota,
+        }
     }
 }

@@ -1,4 +1,6 @@
 //! A flood of distinct keys never grows the limiter, and never frees a key that is limited.
+//! Alone in its test binary, so that no other test's allocations move the process's resident
+//! memory, which it reads.
 //!
 //! Ten million distinct keys, one request each, through a limiter of 65,536 slots, from two
 //! threads, under each [`WhenFull`] policy:

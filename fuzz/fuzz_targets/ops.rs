@@ -1,6 +1,6 @@
 //! cargo-fuzz target `ops`: the body is `funnel_testkit::fuzz::ops`
 //! (`crates/testkit/src/fuzz/ops.rs`), shared with the stable replay test
-//! `tests/fuzz_replay.rs`.
+//! `tests/it/fuzz_bodies.rs`.
 
 #![no_main]
 

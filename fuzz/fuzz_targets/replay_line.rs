@@ -1,6 +1,6 @@
 //! cargo-fuzz target `replay_line`: the body is `funnel_testkit::fuzz::replay_line`
 //! (`crates/testkit/src/fuzz/replay_line.rs`), shared with the stable replay test
-//! `tests/fuzz_replay.rs`.
+//! `tests/it/fuzz_bodies.rs`.
 
 #![no_main]
 

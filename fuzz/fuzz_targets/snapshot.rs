@@ -1,6 +1,6 @@
 //! cargo-fuzz target `snapshot`: the body is `funnel_testkit::fuzz::snapshot`
 //! (`crates/testkit/src/fuzz/snapshot.rs`), shared with the stable replay test
-//! `tests/fuzz_replay.rs`.
+//! `tests/it/fuzz_bodies.rs`.
 
 #![no_main]
 

@@ -1,6 +1,6 @@
 //! cargo-fuzz target `state`: the body is `funnel_testkit::fuzz::state`
 //! (`crates/testkit/src/fuzz/state.rs`), shared with the stable replay test
-//! `tests/fuzz_replay.rs`.
+//! `tests/it/fuzz_bodies.rs`.
 
 #![no_main]
 

@@ -7,6 +7,8 @@
 /// Counts each thread's allocations, for the body's check that reading a key allocates
 /// nothing.
 #[global_allocator]
-static ALLOC: funnel_tower::fuzzing::CountingAlloc = funnel_tower::fuzzing::CountingAlloc;
+static ALLOC: funnel_testkit::alloc::CountingAlloc = funnel_testkit::alloc::CountingAlloc;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| funnel_tower::fuzzing::key::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    funnel_tower::fuzzing::key::run(data, funnel_testkit::alloc::allocated_bytes)
+});

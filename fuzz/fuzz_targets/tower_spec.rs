@@ -4,9 +4,4 @@
 
 #![no_main]
 
-/// Counts each thread's allocations, for the body's check that reading a key allocates
-/// nothing.
-#[global_allocator]
-static ALLOC: funnel_tower::fuzzing::CountingAlloc = funnel_tower::fuzzing::CountingAlloc;
-
 libfuzzer_sys::fuzz_target!(|data: &[u8]| funnel_tower::fuzzing::spec::run(data));

@@ -77,13 +77,13 @@ use super::{Clock, QuantaClock, Timestamp};
 /// assert!(single.check().is_allowed());
 ///
 /// let live = LiveLimiter::new(Limiter::<str>::builder(quota).clock(clock.clone()).build()?);
-/// assert!(live.check("user:42").is_allowed());
+/// assert!(live.current().check("user:42").is_allowed());
 ///
-/// let fixed = Limiter::<str>::fixed_window(FixedWindowQuota::per_second(10)?)
+/// let fixed = Limiter::<str>::builder(FixedWindowQuota::per_second(10)?)
 ///     .clock(clock.clone())
 ///     .build()?;
 /// assert!(fixed.check("user:42").is_allowed());
-/// let sliding = Limiter::<str>::sliding_window(SlidingWindowQuota::per_minute(600)?)
+/// let sliding = Limiter::<str>::builder(SlidingWindowQuota::per_minute(600)?)
 ///     .clock(clock)
 ///     .build()?;
 /// assert!(sliding.check("user:42").is_allowed());
@@ -268,8 +268,8 @@ impl Clock for RecentClock {
 
     /// One load: nothing for a decision to overlap with it.
     #[inline]
-    fn holds_back_loads(&self) -> bool {
-        false
+    fn reads_memory(&self) -> bool {
+        true
     }
 }
 

@@ -1,5 +1,5 @@
 //! Debts that survive a restart: [`Limiter::save`] writes every tracked key's debt, and
-//! [`Builder::restore`] gives them to a new limiter (`docs/DESIGN.md`, "Saving and restoring").
+//! [`Builder::restore`] gives them to a new limiter (`docs/design/persistence.md`).
 //! The funnel (GCRA) limiter only: its state is a debt, a span of time that means the same in
 //! any process; a window counter's state is a count in a window numbered from its process's
 //! clock origin, which another process's windows do not line up with.
@@ -11,10 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Builder, Limiter};
 use crate::clock::Clock;
-use crate::error::Error;
 use crate::hasher::KeyHash;
 use crate::quota::Quota;
-use crate::snapshot::{key_type, Snapshot, FUNNEL};
+use crate::snapshot::{key_type, write_atomically, Snapshot, SnapshotError, FUNNEL};
 
 impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     /// Writes every tracked key's debt to `w`, with the quota, the key hasher's seed and the
@@ -23,7 +22,7 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     ///
     /// Keys are written as their fingerprints, which mean something only with the seed: the
     /// file holds the seed, so keep it as private as the limiter (anyone holding it could aim
-    /// keys at one bucket, `docs/DESIGN.md`). Each key's debt is its funnel's fill as time
+    /// keys at one bucket, `docs/design/persistence.md`). Each key's debt is its funnel's fill as time
     /// (how long until it has drained) at the clock reading the save starts from; a funnel
     /// already drained is not written, as it is the same as an absent key.
     ///
@@ -31,12 +30,12 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     /// waits at most for one pass over the table. Every key present throughout the save is
     /// written, with a debt at least what it had when the save started (a key moved by a
     /// growth or a cuckoo step while the save passed is found again: see
-    /// `docs/DESIGN.md`). Decisions made at times of the caller's own (`check_at`) are measured
+    /// `docs/design/persistence.md`). Decisions made at times of the caller's own (`check_at`) are measured
     /// against the limiter's clock, like everything here.
     ///
     /// # Errors
     ///
-    /// [`Error::SnapshotIo`] when `w` fails.
+    /// [`SnapshotError::Io`] when `w` fails.
     ///
     /// # Examples
     ///
@@ -54,13 +53,13 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     ///
     /// // In the next process: the same quota, the saved debts.
     /// let after = Limiter::<str>::builder(quota)
-    ///     .restore(Snapshot::read(&state[..])?)
+    ///     .restore(Snapshot::read(&state[..])?)?
     ///     .build()?;
     /// assert!(!after.check("abuser").is_allowed()); // still limited
     /// assert!(after.check("someone else").is_allowed());
-    /// # Ok::<(), funnel::Error>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save(&self, w: &mut impl Write) -> Result<usize, Error> {
+    pub fn save(&self, w: &mut impl Write) -> Result<usize, SnapshotError> {
         let snapshot = self.snapshot();
         snapshot.write(w)?;
         Ok(snapshot.len())
@@ -69,18 +68,18 @@ impl<K: Hash + ?Sized, C: Clock> Limiter<K, C, Quota> {
     /// [`save`](Self::save)s to the file at `path`, atomically: the state goes to a new file
     /// in the same directory (readable and writable by its owner only, on Unix), which is
     /// flushed to disk and then renamed over `path`, and the directory is flushed too. A crash
-    /// at any moment leaves either the old file or the new one, never a part of one
-    /// ([`Snapshot::write_atomically`]). Returns the number of keys written.
+    /// at any moment leaves either the old file or the new one, never a part of one.
+    /// Returns the number of keys written.
     ///
     /// # Errors
     ///
-    /// [`Error::SnapshotIo`] when the file cannot be written, flushed or renamed (the
+    /// [`SnapshotError::Io`] when the file cannot be written, flushed or renamed (the
     /// temporary file is then removed, and `path` left as it was).
-    pub fn save_to(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
+    pub fn save_to(&self, path: impl AsRef<Path>) -> Result<usize, SnapshotError> {
         let snapshot = self.snapshot();
         let mut bytes = Vec::new();
         snapshot.write(&mut bytes)?;
-        Snapshot::write_atomically(path, &bytes)?;
+        write_atomically(path.as_ref(), &bytes)?;
         Ok(snapshot.len())
     }
 
@@ -121,11 +120,15 @@ impl<K: Hash + ?Sized, C: Clock> Builder<K, C, Quota> {
     /// loaded largest debt first, under the builder's [`WhenFull`](crate::WhenFull) if the
     /// table is smaller than the saved state.
     ///
-    /// [`build`](Self::build) fails, and builds nothing, when the state was saved under
-    /// another quota ([`Error::SnapshotQuota`]), by a limiter of another key type
-    /// ([`Error::SnapshotKeyType`]), or when the builder was given another seed
-    /// ([`Error::SnapshotSeed`]); build again without `restore` to start empty. A file that
-    /// is truncated, corrupt or of another version fails earlier, in [`Snapshot::read`].
+    /// # Errors
+    ///
+    /// Fails, and restores nothing (build without `restore` to start empty), when the state
+    /// was saved under another quota ([`SnapshotError::Quota`]), by a limiter of another key
+    /// type ([`SnapshotError::KeyType`]), or when the builder was given another seed
+    /// ([`SnapshotError::Seed`]). A file that is truncated, corrupt or of another version
+    /// fails earlier, in [`Snapshot::read`]. A seed given after `restore` that differs from
+    /// the saved one makes [`build`](Self::build) fail with
+    /// [`Error::SeedConflict`](crate::Error::SeedConflict).
     ///
     /// The elapsed time is wall-clock time (`SystemTime`): the limiter's own clock counts
     /// from its process's start, which a restart resets. A wall clock set back between save
@@ -134,30 +137,22 @@ impl<K: Hash + ?Sized, C: Clock> Builder<K, C, Quota> {
     /// # Examples
     ///
     /// See [`Limiter::save`].
-    pub fn restore(mut self, snapshot: Snapshot) -> Self {
-        self.restore = Some(snapshot);
-        self
+    pub fn restore(mut self, snapshot: Snapshot) -> Result<Self, SnapshotError> {
+        let hasher = hasher_for::<K>(&snapshot, &self.quota, self.seeded())?;
+        self.restore = Some((snapshot, hasher));
+        Ok(self)
     }
 }
 
-/// What `Builder::build` does with a saved state: checks it against the builder, and gives the
-/// limiter's hasher. Then [`load`] fills the table.
-pub(super) fn hasher_for<K: ?Sized, Q: 'static>(
+/// What `Builder::restore` checks of a saved state against the builder, giving the limiter's
+/// hasher. Then [`load`] fills the table when it is built.
+fn hasher_for<K: ?Sized>(
     snapshot: &Snapshot,
-    quota: &Q,
+    quota: &Quota,
     seeded: Option<KeyHash>,
-) -> Result<KeyHash, Error> {
-    // `restore` exists only on a funnel builder, so a snapshot comes with a `Quota`.
-    let quota = (quota as &dyn std::any::Any)
-        .downcast_ref::<Quota>()
-        .ok_or(Error::SnapshotQuota {
-            saved_interval_nanos: snapshot.interval,
-            saved_limit: snapshot.limit,
-            interval_nanos: 0,
-            limit: 0,
-        })?;
+) -> Result<KeyHash, SnapshotError> {
     if (quota.t, quota.limit) != (snapshot.interval, snapshot.limit) {
-        return Err(Error::SnapshotQuota {
+        return Err(SnapshotError::Quota {
             saved_interval_nanos: snapshot.interval,
             saved_limit: snapshot.limit,
             interval_nanos: quota.t,
@@ -165,17 +160,17 @@ pub(super) fn hasher_for<K: ?Sized, Q: 'static>(
         });
     }
     if snapshot.key_type != key_type::<K>() {
-        return Err(Error::SnapshotKeyType);
+        return Err(SnapshotError::KeyType);
     }
     let [a, b, c, d] = snapshot.seeds;
     if seeded.is_some_and(|h| h.seeds() != snapshot.seeds) {
-        return Err(Error::SnapshotSeed);
+        return Err(SnapshotError::Seed);
     }
     Ok(KeyHash::with_seeds(a, b, c, d))
 }
 
 /// Loads a checked saved state into a new limiter's empty table.
-pub(super) fn load<K: ?Sized, C: Clock, Q: crate::meter::Meter>(
+pub(super) fn load<K: ?Sized, C: Clock, Q: crate::quota_kind::QuotaKind>(
     limiter: &Limiter<K, C, Q>,
     snapshot: Snapshot,
 ) {

@@ -1,4 +1,4 @@
-//! Loom models of the policies built on the table's update (`docs/DESIGN.md`, "Several limits,
+//! Loom models of the policies built on the table's update (`docs/design/policies.md`, "Several limits,
 //! all or nothing" and "Settle-later costs"): two threads, two limiters of one four-slot bucket
 //! each, a frozen clock passed as a value. Run by `.ci/loom.sh` with the slot protocol's models
 //! (`src/table/loom.rs`; the `::loom::` filter picks both).
@@ -128,7 +128,7 @@ fn concurrent_settles_leave_exactly_the_actual_costs() {
             if !r.is_allowed() {
                 return 0;
             }
-            users.settle_at(&1, r, actual, now()).unwrap();
+            let _ = users.settle_at(&1, r, actual, now()).unwrap();
             actual
         };
         let other = {

@@ -1,12 +1,12 @@
 //! Creating a key: the locked slow path. A creator takes the key's creation lock (its stripe),
 //! looks the key up again, picks a victim slot (EMPTY, then recovered, then [`WhenFull`] or a
-//! growth), reserves it, and binds the key (`docs/DESIGN.md`, "The slot protocol"). A move
+//! growth), reserves it, and binds the key (`docs/design/slot-protocol.md`). A move
 //! while the table grows (`grow/`) places its key with the same victim choice.
 
 use super::bucket::{Bucket, SLOTS_PER_BUCKET};
 use super::tags::tag_of;
 use super::{Home, Table};
-use crate::meter::Meter;
+use crate::quota_kind::QuotaKind;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, AtomicBool, Ordering};
 
@@ -117,7 +117,13 @@ impl Table {
     /// Creates the key `fp` with arrival time `new_tat` (its first request, charged), unless a
     /// racing creator already has.
     #[inline(always)]
-    pub(super) fn create<Q: Meter>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
+    pub(super) fn create<Q: QuotaKind>(
+        &self,
+        fp: u64,
+        now: u64,
+        new_tat: u64,
+        quota: &Q,
+    ) -> Created {
         if self.prefer.first() {
             if let Some(created) = self.create_preferred(fp, new_tat) {
                 return created;
@@ -130,8 +136,7 @@ impl Table {
     /// unbound (EMPTY, or dead after a move), over two-choice placement (`preferred.rs`), or
     /// finds that a racing creator already has; `None` leaves the key to
     /// [`create_placed`](Self::create_placed). A function of its own, apart from `place` and
-    /// `create_placed`: written into either, it changed how they were compiled, and every
-    /// creation got slower, in sparse tables and full ones alike.
+    /// `create_placed`, so that the two-choice path is compiled as it would be without it.
     #[inline(never)]
     fn create_preferred(&self, fp: u64, new_tat: u64) -> Option<Created> {
         let _lock = lock(self.stripe(fp));
@@ -166,7 +171,7 @@ impl Table {
     }
 
     /// [`create`](Self::create) by two-choice placement.
-    fn create_placed<Q: Meter>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
+    fn create_placed<Q: QuotaKind>(&self, fp: u64, now: u64, new_tat: u64, quota: &Q) -> Created {
         let mut round = 0;
         // Whether this creation last made room by helping a migration (`make_room`, which then
         // split its candidates of the old level).
@@ -271,8 +276,8 @@ impl Table {
     /// the lock and this scan. Under an allowing quota (funnels recover between a key's
     /// requests), counting recovered slots like unbound ones across the buckets left many
     /// times more keys absent after a prefill, and evicted many times more recovered keys,
-    /// than taking unbound slots first (docs/DESIGN.md, "The table", two-choice placement).
-    pub(super) fn place<Q: Meter>(&self, home: &Home, now: u64, quota: &Q) -> Placement<'_> {
+    /// than taking unbound slots first (docs/design/table.md, two-choice placement).
+    pub(super) fn place<Q: QuotaKind>(&self, home: &Home, now: u64, quota: &Q) -> Placement<'_> {
         let mut least: Option<(Victim<'_>, u64)> = None;
         let first = self.scan(&self.buckets[home.first], now, quota, &mut least);
         let second = if home.second == home.first {
@@ -295,7 +300,7 @@ impl Table {
         match (free, least) {
             (Some(victim), _) => Placement::Free(victim),
             // The least indebted funnel is a key in the middle of a move: wait for the move to
-            // end rather than evict a more indebted key (docs/DESIGN.md, "Lazy eviction").
+            // end rather than evict a more indebted key (docs/design/table.md, "Lazy eviction").
             (None, Some((victim, _))) if victim.taken == Taken::Moving => Placement::Busy,
             (None, Some((victim, expiry))) => Placement::Full(victim, expiry),
             (None, None) => Placement::Busy,
@@ -368,7 +373,7 @@ impl Table {
 
     /// Counts `bucket`'s free slots at `now`, and lowers `least` to its least indebted live
     /// slot (the earliest to expire under `quota`'s algorithm).
-    fn scan<'a, Q: Meter>(
+    fn scan<'a, Q: QuotaKind>(
         &'a self,
         bucket: &'a Bucket,
         now: u64,
@@ -595,5 +600,30 @@ mod tests {
             table.place(&home(1, 0), 5, &quota),
             Placement::Full(_, 10)
         ));
+    }
+
+    #[test]
+    fn a_creator_finds_its_key_placed_elsewhere_before_it_takes_its_freed_preferred_slot() {
+        let table = Table::with_capacity(7 * 64, WhenFull::Deny, Some(false)).unwrap();
+        let home = table.home(0x9E37_79B9_7F4A_7C15 ^ (1 << 7));
+        // Two requests a second, so the key's request is admitted only where its debt is found.
+        let quota = Quota::per_period(1, Duration::from_secs(1))
+            .unwrap()
+            .with_limit(2)
+            .unwrap();
+        let first = &table.buckets[home.first];
+        let preferred = super::super::preferred::slot(home.fp);
+        // Another key in debt holds the preferred slot, so the key goes elsewhere.
+        first.keys[preferred].store(home.fp ^ 0xFF00, Ordering::Relaxed);
+        first.words[preferred].store(crate::state::live(1, 1 << 40), Ordering::Relaxed);
+        assert!(table.decide(&home, 1_000, &quota, 1).is_allowed());
+        // That key moves away: its slot is dead, and free.
+        first.words[preferred].store(crate::state::dead(1), Ordering::Relaxed);
+        // A creator that raced the first one, and looks only now, must find the key.
+        assert!(matches!(
+            table.create(home.fp, 1_000, 2_000, &quota),
+            Created::Exists
+        ));
+        assert_eq!(table.stats().keys, 1, "the key was bound once");
     }
 }

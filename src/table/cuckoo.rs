@@ -4,9 +4,9 @@
 //!
 //! Two-choice placement alone fills about 70% of the slots before some key first finds its 14
 //! candidates full; with one cuckoo step 87–93% (`crates/lab/examples/layouts.rs`, `fill`;
-//! docs/DESIGN.md, "The table"). The move is the growth's move (`grow/migrate.rs`, `relocate`: the
+//! docs/design/table.md). The move is the growth's move (`grow/migrate.rs`, `relocate`: the
 //! PENDING target, the sealed source, readers completing a move they find half done), made at
-//! the level in use: its races are argued in docs/DESIGN.md, "Growing", and checked by the
+//! the level in use: its races are argued in docs/design/growing.md, and checked by the
 //! loom models of `grow/loom.rs` and `loom.rs`.
 
 use super::bucket::SLOTS_PER_BUCKET;
@@ -14,7 +14,7 @@ use super::create::{try_lock, Placement};
 use super::grow::{Mode, Relocated, FIRST_FP};
 use super::tags::tag_of;
 use super::{prefetch, Home, Table};
-use crate::meter::Meter;
+use crate::quota_kind::QuotaKind;
 use crate::sync::{AtomicBool, Ordering};
 
 /// A creator tries a cuckoo step only while fewer than this share of the slots (in twentieths)
@@ -38,9 +38,8 @@ impl Table {
     /// Whether a creator of `fp` whose key found both candidates full should try a cuckoo
     /// step: the table holds keys in fewer than 95% of its slots (`holds_fewer_than`, an
     /// estimate from the creator's own stripe of counters in a large table: a flood that keeps
-    /// the table full then pays two loads of a line it writes next, not 32 loads of lines other
-    /// creators write, which, measured with a loop of new keys into a full table of the default
-    /// size, cost it about three times as much).
+    /// the table full then pays two loads of a line it writes next, rather than loads of every
+    /// stripe, lines other creators are writing).
     #[inline]
     pub(super) fn worth_a_cuckoo_step(&self, fp: u64) -> bool {
         self.holds_fewer_than(fp, STEP_BELOW_TWENTIETHS)
@@ -55,13 +54,12 @@ impl Table {
     /// Used by creators of every table, and by a growth's migration, whose moved keys fill a
     /// new bucket before the old buckets they could also use have been split (those still
     /// hold the keys leaving them, and look full).
-    // Out of line, and given the fingerprint only: inlined into `create`, or given the
-    // creator's `Home` by reference, it slowed every creation of the comparison harness's churn
-    // workload (a flood of new keys), called or not. Its test of how full the table is stays
-    // inline: behind the call it slowed such a flood (`cargo bench --bench paths -- paths/evict`).
+    // Out of line, and given the fingerprint only, so that `create`, which almost never calls
+    // it, keeps its registers for its own path. Its test of how full the table is stays inline,
+    // so that a flood into a full table does not pay for the call.
     #[cold]
     #[inline(never)]
-    pub(super) fn make_room_for<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) -> bool {
+    pub(super) fn make_room_for<Q: QuotaKind>(&self, fp: u64, now: u64, quota: &Q) -> bool {
         // The key's candidates at the level in use (during a migration, the level it moves
         // to). Recomputed here rather than passed in: a creator's loop keeps its own `Home`
         // in registers only if no call takes its address.
@@ -84,7 +82,7 @@ impl Table {
     /// candidates was freed.
     #[cold]
     #[inline(never)]
-    pub(super) fn make_room_two_steps<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) -> bool {
+    pub(super) fn make_room_two_steps<Q: QuotaKind>(&self, fp: u64, now: u64, quota: &Q) -> bool {
         let home = self.home(fp);
         let held = self.stripe(fp) as *const AtomicBool;
         let mut residents = [Resident::default(); MOST_RESIDENTS];
@@ -148,7 +146,7 @@ impl Table {
     /// Moves the resident `r` to its other bucket, under its creation lock: taken if free,
     /// or already held when it is `held` (the caller's). False if the lock was busy, the
     /// resident is gone from its slot, or its other bucket has no free slot any more.
-    fn move_resident<Q: Meter>(
+    fn move_resident<Q: QuotaKind>(
         &self,
         r: &Resident,
         held: *const AtomicBool,
@@ -177,7 +175,7 @@ impl Table {
 }
 
 /// Whether bucket `b` has a slot a creator could take at `now` (EMPTY, dead, or recovered).
-fn has_free_slot<Q: Meter>(table: &Table, b: usize, now: u64, quota: &Q) -> bool {
+fn has_free_slot<Q: QuotaKind>(table: &Table, b: usize, now: u64, quota: &Q) -> bool {
     let home = Home {
         fp: FIRST_FP,
         tag: 0,

@@ -3,7 +3,7 @@
 //! [`AUTOMATIC_FROM`] bytes or more does): one `madvise(MADV_HUGEPAGE)` over the
 //! buckets' memory before the table first touches it, so that Linux backs it with 2 MiB pages
 //! where it can. A table of many MiB then takes one TLB entry per 2 MiB instead of per 4 KiB, and
-//! a lookup's page walk mostly disappears (docs/DESIGN.md, "The table", names the measurement).
+//! a lookup's page walk mostly disappears (docs/design/table.md, names the measurement).
 //! Whether the kernel took the advice is in `Stats::huge_pages`.
 //!
 //! The one `unsafe` block below is an FFI call to `madvise`. Elsewhere than Linux it does
@@ -14,8 +14,8 @@ use super::bucket::Bucket;
 /// The size from which a fixed table asks for huge pages when its builder does not say
 /// (`Builder::huge_pages`): 8 MiB (about 460,000 slots), about what a CPU's second-level TLB
 /// covers with 4 KiB pages (1,536 to 3,072 entries on recent x86_64 cores), so that a table
-/// past it takes a page walk on most lookups of keys spread over it, and huge pages made such
-/// tables' decisions faster, never slower. A fixed table is touched whole when it
+/// past it takes a page walk on most lookups of keys spread over it, which huge pages save. A
+/// fixed table is touched whole when it
 /// is built, so its resident memory does not change, and the kernel's work to find the pages
 /// happens then, not in requests.
 pub(crate) const AUTOMATIC_FROM: usize = 8 << 20;

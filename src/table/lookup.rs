@@ -36,7 +36,7 @@ impl Found<'_> {
 
 /// The second read of slot `slot`'s word that ends a decision or a report writing nothing (an
 /// allowed request's CAS is the other kind): `Ok` when it is still `word`, which was then the
-/// key's between the two reads (docs/DESIGN.md, "Every decision reads its word twice"); else
+/// key's between the two reads (docs/design/slot-protocol.md, "Every decision reads its word twice"); else
 /// the word it holds now, for [`still_bound`].
 #[inline(always)]
 pub(super) fn reread(bucket: &Bucket, slot: usize, word: u64) -> Result<(), u64> {
@@ -82,11 +82,10 @@ impl Table {
         let probe = self.probe(home);
         // Start loading the funnel words' lines now, so that on a table larger than the caches
         // their misses overlap the tag lines' instead of following them once the tags have
-        // matched: worth it on tables beyond the caches although the second bucket's line is
-        // wasted whenever the key is in the first, and next to nothing on a cached table
-        // (docs/DESIGN.md, "The table"). Gating it on the table's size cost more than the hint,
-        // and a batch, which prefetched these lines already, decides no faster without it.
-        // Off x86_64 no hint (`prefetch::hint` says why).
+        // matched, although the second bucket's line is wasted whenever the key is in the
+        // first; on a cached table a hint is nearly free, and testing the table's size to skip
+        // it would cost more (docs/design/table.md). Off x86_64 no hint
+        // (`prefetch::hint` says why).
         prefetch::hint(&probe.first.words[0]);
         prefetch::hint(&probe.second.words[0]);
         probe
@@ -143,7 +142,7 @@ impl Table {
     /// at the level it grows from (a key not moved yet is there), then at the level in use (a key
     /// moved or created since), and at every state of the key's slots: a move found half done
     /// (target pending, source sealed) is completed here, so no reader waits for a mover
-    /// (`docs/DESIGN.md`, "Growing").
+    /// (`docs/design/growing.md`).
     ///
     /// Slots are found through their tags, as on the hot path: a slot holding the key in any
     /// state (pending, live, sealed) carries the key's tag, set before the slot could be seen in
@@ -200,7 +199,7 @@ impl Table {
                 // has one move at a time, and that move's seal is its source's only write once its
                 // target is pending), or to a later move of the key back into that slot, sealed
                 // with the same arrival time; that one began after our target went live, so
-                // `complete`'s CAS fails on it (short of the generation ABA of docs/DESIGN.md,
+                // `complete`'s CAS fails on it (short of the generation ABA of `docs/design/slot-protocol.md`,
                 // which would need three more bindings of the target's slot). A target seen before
                 // a source seen sealed needs no check: the target's word is compared by
                 // `complete`'s CAS, and a later move's seal shows us the earlier target already
@@ -297,9 +296,9 @@ impl Table {
     pub(super) fn probe(&self, home: &Home) -> Probe<'_> {
         debug_assert!(home.first < self.buckets.len() && home.second < self.buckets.len());
         // SAFETY: a `Home`'s buckets are below the number of buckets allocated, which never
-        // changes (`Home`'s invariant), so both indices are in bounds. Unchecked because the
-        // two bounds checks are a part of a cached decision that the minimal loop can see
-        // (docs/DESIGN.md, "How close a cached decision is to its layout's floor").
+        // changes (`Home`'s invariant), so both indices are in bounds. Unchecked because this is
+        // every decision's path, and the invariant already guarantees what the checks would
+        // (docs/design/table.md).
         #[allow(unsafe_code)]
         let (first, second) = unsafe {
             (
@@ -352,9 +351,9 @@ impl Home {
 }
 
 /// The hot path's reading of slot `slot` of `bucket` for `fp`: its funnel word, which must be
-/// live, then its key, which must be `fp` (`docs/DESIGN.md`, "The slot protocol", reader steps
+/// live, then its key, which must be `fp` (`docs/design/slot-protocol.md`, reader steps
 /// 2-3). The word is the key's only if it is still the same when the decision ends: the
-/// caller's CAS compares it, and a denial reads it again (`update::charge`; DESIGN.md, "Every
+/// caller's CAS compares it, and a denial reads it again (`update::charge`; `docs/design/slot-protocol.md`, "Every
 /// decision reads its word twice").
 #[inline(always)]
 fn validate_live(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
@@ -373,7 +372,7 @@ fn validate_live(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
 /// Validates slot `slot` of `bucket` as bound to `fp`, returning the word read while it was:
 /// the key, then the word, then the key again: the slow path's reading, whose word may be in
 /// any state (the caller checks which), some of which no CAS of the caller's compares
-/// (`docs/DESIGN.md`, "The slot protocol", the slow path).
+/// (`docs/design/slot-protocol.md`, the slow path).
 #[inline(always)]
 fn validate(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
     // Acquire: if this reads the key store of the binding that bound `fp` here, it pairs with
@@ -388,7 +387,7 @@ fn validate(bucket: &Bucket, slot: usize, fp: u64) -> Option<u64> {
     let word = bucket.words[slot].load(Ordering::Acquire);
     // Acquire: if `word` belongs to a later binding than the key loaded first, this sees that
     // binding's key (or a newer one): a key other than `fp`, unless the slot was rebound to
-    // `fp` yet again in between (the slow path's residual: DESIGN.md, "Every decision reads
+    // `fp` yet again in between (the slow path's residual: `docs/design/slot-protocol.md`, "Every decision reads
     // its word twice").
     (bucket.keys[slot].load(Ordering::Acquire) == fp).then_some(word)
 }
@@ -409,7 +408,7 @@ fn examine(bucket: &Bucket, slot: usize, fp: u64) -> Seen<'_> {
 
 /// Completes a move: the pending target becomes live with the arrival time its source was
 /// sealed with. The mover does the same; whoever comes first wins and the others' CAS fails
-/// on a word that is already live (`docs/DESIGN.md`, "Growing", helping).
+/// on a word that is already live (`docs/design/growing.md`, helping).
 pub(super) fn complete(target: Found<'_>, tat: u64) {
     let SlotState::Pending { gen } = state::decode(target.word) else {
         return;

@@ -1,4 +1,4 @@
-//! Loom models of the slot protocol (`docs/DESIGN.md`, "Why each race comes out right"), one
+//! Loom models of the slot protocol (`docs/design/slot-protocol.md`, "Why each race comes out right"), one
 //! per race, each on a one- or two-bucket table with hand-picked hashes so keys collide, and
 //! time passed as a value.
 //!
@@ -240,7 +240,7 @@ fn a_stale_update_cannot_land_on_a_key_that_evicted_its_funnel_with_the_same_tat
 /// indebted funnel. The request may see the slot with the new key word while its funnel word
 /// is still the evicted one; its decision must never be taken on that funnel (it would be
 /// refused: the evicted key owes more than the whole burst). Pins the hot path's Acquire key
-/// load after the word and a denial's second read of the word (DESIGN.md, "Every decision
+/// load after the word and a denial's second read of the word (`docs/design/slot-protocol.md`, "Every decision
 /// reads its word twice"): with that key load Relaxed, or a denial answering from its first
 /// read, this model fails.
 #[test]
@@ -520,7 +520,7 @@ fn a_reset_racing_updates_of_its_key_is_never_overwritten_by_a_stale_tat() {
     model(|| {
         let table = table(1);
         let q = quota(2, 10);
-        table.decide(&table.home(A), 100, &q, 1); // TAT 110: one unit left
+        let _ = table.decide(&table.home(A), 100, &q, 1); // TAT 110: one unit left
         let resetter = {
             let table = table.clone();
             thread::spawn(move || table.reset(&table.home(A)))
@@ -569,13 +569,13 @@ fn a_reset_racing_the_rebind_of_its_slot_never_resets_the_new_key() {
     });
 }
 
-/// Known residual (DESIGN.md, "ABA"): with a 2-bit generation, three forced evictions of one
+/// Known residual (`docs/design/slot-protocol.md`, "ABA"): with a 2-bit generation, three forced evictions of one
 /// slot at one `now` bring its word back to exactly the value an updater of the first key
 /// loaded, and that updater's late CAS lands on the third new key's funnel. Flood keys that
 /// make one request at one timestamp (an event loop's cached `now`) all have TAT `now + T`.
 /// Fails today; kept as the reproducer.
 #[test]
-#[ignore = "fails today: generation ABA after three forced rebinds (DESIGN.md, ABA)"]
+#[ignore = "fails today: generation ABA after three forced rebinds (docs/design/slot-protocol.md, ABA)"]
 fn a_stale_update_cas_cannot_land_after_three_forced_rebinds() {
     model(|| {
         let table = table(1);
@@ -593,7 +593,7 @@ fn a_stale_update_cas_cannot_land_after_three_forced_rebinds() {
                 }
             })
         };
-        table.decide(&table.home(A), 10, &q, 1);
+        let _ = table.decide(&table.home(A), 10, &q, 1);
         flood.join().unwrap();
         // D made one request; only A's request landing on D's funnel gives it TAT 30.
         let d = tat_of(&table, D);
@@ -627,7 +627,7 @@ fn a_stale_update_cas_cannot_land_after_a_rebind_and_two_resets() {
                 table.reset(&home); // gen 2, TAT 0: A's word again
             })
         };
-        table.decide(&table.home(A), 10, &q, 1);
+        let _ = table.decide(&table.home(A), 10, &q, 1);
         other.join().unwrap();
         let b = tat_of(&table, B);
         assert!(
@@ -805,7 +805,7 @@ fn a_peek_racing_two_moves_of_its_key_reports_its_own_debt() {
     model(|| {
         let table = table(2);
         // Tags first: read first, the preferred slot (where the key starts and ends) multiplies
-        // this model's interleavings beyond what CI can afford (DESIGN.md, "The table", the
+        // this model's interleavings beyond what CI can afford (`docs/design/table.md`, the
         // preferred slot). The models of a denial and an update racing a move of their key
         // read it first.
         table.prefer.set(false);

@@ -5,7 +5,7 @@
 //!
 //! The slot protocol (EMPTY / RESERVED / LIVE, and PENDING / MOVED / DEAD when a key moves, by a
 //! cuckoo step or while a table grows; who moves a slot between them and why two racing threads
-//! cannot both win) is written out in `docs/DESIGN.md`, "The slot protocol" and "Growing"; the
+//! cannot both win) is written out in `docs/design/slot-protocol.md` and "Growing"; the
 //! comments here name the step of that argument they implement.
 //!
 //! * **Finding** a key loads the tag words of both candidate buckets together and matches them

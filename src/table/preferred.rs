@@ -1,6 +1,6 @@
 //! The preferred slot: the one slot of its first bucket a key takes when it is free, and which
 //! a lookup reads before matching tags, while the table is sparse enough that most keys sit
-//! there (docs/DESIGN.md, "The table", the preferred slot).
+//! there (docs/design/table.md, the preferred slot).
 //!
 //! A hit there is validated exactly as a slot found through its tag (`lookup.rs`,
 //! `validate_live`): the tag match is a filter, never part of what makes a slot the key's, so
@@ -15,11 +15,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Table, SLOTS_PER_BUCKET};
+use super::Table;
 
 /// The share of the slots in use, in twentieths, below which a lookup reads the preferred slot
 /// first: where its hits still outweigh the mispredicted branch of its misses, with a margin
-/// (the lab's `sparse`).
+/// (the lab's `sparse` finds where they cross).
 pub(super) const PREFER_BELOW: u64 = 3;
 
 /// Every how many bindings of a free slot in one stripe of counters the table looks again at
@@ -31,7 +31,7 @@ const EVERY: u64 = 16;
 #[cfg(not(funnel_loom))]
 #[inline(always)]
 pub(super) fn slot(fp: u64) -> usize {
-    (((fp & 0xFF) as usize) * SLOTS_PER_BUCKET) >> 8
+    (((fp & 0xFF) as usize) * super::SLOTS_PER_BUCKET) >> 8
 }
 
 /// Under loom every key prefers slot 0, where the models' placements put the first key of a
@@ -91,7 +91,7 @@ impl Table {
 mod tests {
     use super::*;
     use crate::quota::Quota;
-    use crate::table::{Home, WhenFull};
+    use crate::table::{Home, WhenFull, SLOTS_PER_BUCKET};
     use std::collections::HashSet;
     use std::time::Duration;
 
@@ -182,26 +182,6 @@ mod tests {
         let found = table.locate(home.fp).unwrap();
         assert!(std::ptr::eq(found.bucket, other));
         assert_eq!(found.slot, slot(home.fp));
-    }
-
-    #[test]
-    fn a_creator_finds_its_key_placed_elsewhere_before_it_takes_its_freed_preferred_slot() {
-        let table = table(7 * 64);
-        let home = hashes(1_000).map(|h| table.home(h)).next().unwrap();
-        let first = &table.buckets[home.first];
-        let preferred = slot(home.fp);
-        // Another key in debt holds the preferred slot, so the key goes elsewhere.
-        first.keys[preferred].store(home.fp ^ 0xFF00, Ordering::Relaxed);
-        first.words[preferred].store(crate::state::live(1, 1 << 40), Ordering::Relaxed);
-        assert!(admitted(&table, &home));
-        // That key moves away: its slot is dead, and free.
-        first.words[preferred].store(crate::state::dead(1), Ordering::Relaxed);
-        // A creator that raced the first one, and looks only now, must find the key.
-        assert!(matches!(
-            table.create(home.fp, 1_000, 2_000, &quota()),
-            crate::table::create::Created::Exists
-        ));
-        assert_eq!(table.stats().keys, 1, "the key was bound once");
     }
 
     #[test]

@@ -2,11 +2,10 @@
 //! that a batch of lookups overlaps the memory misses of different keys, and a single lookup
 //! the misses of its own lines (the funnel words' line with the tags').
 //!
-//! One of the crate's few `unsafe` blocks. It buys a measured win on tables beyond the caches:
-//! `check_batch_at` decided several times faster with a prefetch instruction than with plain
-//! loads whose values are dropped (those block retirement until the line arrives, so only a
-//! few misses overlap), and single `check_at` calls got faster once they prefetched their
-//! word lines (docs/DESIGN.md, "The table").
+//! One of the crate's few `unsafe` blocks, for tables beyond the caches: a prefetch
+//! instruction lets many misses be in flight at once, where plain loads whose values are
+//! dropped block retirement until their line arrives, so only a few misses overlap
+//! (docs/design/table.md).
 
 use crate::sync::AtomicU64;
 
@@ -33,14 +32,10 @@ pub(crate) fn prefetch(word: &AtomicU64) {
 }
 
 /// Starts loading the cache line holding `word` for a decision some way ahead: into the L2
-/// cache and below, not the L1 (`_MM_HINT_T1`). What a batch's look-ahead asks for: on tables
-/// beyond the caches a batch decided faster with every line asked for this way than into the
-/// L1, on every machine measured, and no slower where the table fits the L3 (alternating
-/// builds; docs/DESIGN.md, "The table"), likely because the L1's few fill buffers then
-/// no longer limit how many lines are on their way. Keeping only the tag lines in the L1
-/// request gained less, and a non-temporal hint lost.
-/// A single lookup's [`hint`] keeps `_MM_HINT_T0`: with `_MM_HINT_T1` there, single
-/// decisions were no faster.
+/// cache and below, not the L1 (`_MM_HINT_T1`). What a batch's look-ahead asks for: the
+/// lines are needed some decisions later, and asking for them into the L2 keeps the L1's few
+/// fill buffers from limiting how many are on their way (docs/design/table.md). A
+/// single lookup's [`hint`] keeps `_MM_HINT_T0`: its lines are needed at once.
 #[inline(always)]
 pub(crate) fn ahead(word: &AtomicU64) {
     #[cfg(all(target_arch = "x86_64", not(funnel_loom)))]

@@ -1,5 +1,5 @@
 //! Reading every tracked key's state while other threads go on deciding: what
-//! `Limiter::save` writes (`docs/DESIGN.md`, "Saving and restoring").
+//! `Limiter::save` writes (`docs/design/persistence.md`).
 //!
 //! A scan reads each slot as a reader of the slot protocol does (key word, funnel word, key word
 //! again, all Acquire), so every state it records is the recorded key's at the moment its word
@@ -92,7 +92,7 @@ impl Table {
         for bucket in self.buckets[..in_use].iter() {
             for i in 0..super::SLOTS_PER_BUCKET {
                 // Acquire, three times, as the slot protocol's slow path reads a slot
-                // (`docs/DESIGN.md`, "The slot protocol", orderings): a word read between two
+                // (`docs/design/slot-protocol.md`, orderings): a word read between two
                 // reads of the same key belongs to that key's binding.
                 let key = bucket.keys[i].load(Ordering::Acquire);
                 if key < FIRST_FP {

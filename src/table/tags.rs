@@ -6,7 +6,7 @@
 //!
 //! * on x86_64, SSE2 (part of the x86_64 baseline): both tag words in one 16-byte register, one
 //!   byte compare, one `pmovmskb`. Exact, and shorter than the word form on every lookup
-//!   (docs/DESIGN.md, "The table");
+//!   (docs/design/table.md);
 //! * elsewhere, and under loom, the same in word operations (SWAR).
 //!
 //! Bits of the mask stand for slots differently in the two forms; [`slot_of`] reads a bit back,

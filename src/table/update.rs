@@ -6,7 +6,7 @@ use super::create::Created;
 use super::lookup::{reread, still_bound, Found, Probe};
 use super::{Home, Table};
 use crate::decision::Decision;
-use crate::meter::Meter;
+use crate::quota_kind::QuotaKind;
 use crate::state;
 use crate::sync::Ordering;
 
@@ -32,14 +32,20 @@ impl Table {
     /// denial's load). Everything else is out of line in [`decide_slow`](Self::decide_slow),
     /// which takes only the fingerprint, so the hot path keeps its state in registers.
     #[inline(always)]
-    pub(crate) fn decide<Q: Meter>(&self, home: &Home, now: u64, quota: &Q, n: u64) -> Decision {
+    pub(crate) fn decide<Q: QuotaKind>(
+        &self,
+        home: &Home,
+        now: u64,
+        quota: &Q,
+        n: u64,
+    ) -> Decision {
         self.decide_loaded(self.start_words(home), now, quota, n)
     }
 
     /// [`decide`](Self::decide) for a lookup whose buckets the caller has started loading
     /// ([`start_loading`](Self::start_loading), before its clock read).
     #[inline(always)]
-    pub(crate) fn decide_loaded<Q: Meter>(
+    pub(crate) fn decide_loaded<Q: QuotaKind>(
         &self,
         probe: Probe<'_>,
         now: u64,
@@ -59,7 +65,7 @@ impl Table {
     /// slot was rebound or sealed under us.
     #[cold]
     #[inline(never)]
-    fn decide_slow<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, n: u64) -> Decision {
+    fn decide_slow<Q: QuotaKind>(&self, fp: u64, now: u64, quota: &Q, n: u64) -> Decision {
         // Absent is the same as a fresh funnel (TAT = now): the answer an absent key gets, and
         // whether it would be created.
         let (decision, write) = quota.decide(0, now, n);
@@ -124,7 +130,7 @@ impl Table {
     /// every operation other than a plain decision (refunds, raising a key to a known arrival
     /// time); `f` may run several times and must be a pure function of its argument. Values
     /// above `MAX_TAT` are clamped.
-    pub(crate) fn update<Q: Meter>(
+    pub(crate) fn update<Q: QuotaKind>(
         &self,
         home: &Home,
         now: u64,
@@ -242,7 +248,7 @@ impl Table {
             // The binding (and so its generation) stays: an updater that loaded `word` fails its
             // CAS on the TAT alone, and if the TAT climbs back to the very same value the word is
             // this key's true state again, so a late CAS from it is right. Keeping the generation
-            // means resets never help another binding's word come back (docs/DESIGN.md, ABA).
+            // means resets never help another binding's word come back (`docs/design/slot-protocol.md`, ABA).
             let fresh = state::with_tat(word, 0);
             // Release on success: as an update; Relaxed on failure: we look the key up again.
             if bucket.words[i]
@@ -259,7 +265,13 @@ impl Table {
 /// word. `None` when the slot was rebound to another key or sealed by a move meanwhile (the
 /// caller looks the key up again).
 #[inline(always)]
-fn charge<Q: Meter>(found: Found<'_>, fp: u64, now: u64, quota: &Q, n: u64) -> Option<Decision> {
+fn charge<Q: QuotaKind>(
+    found: Found<'_>,
+    fp: u64,
+    now: u64,
+    quota: &Q,
+    n: u64,
+) -> Option<Decision> {
     let Found {
         bucket,
         slot: i,
@@ -268,7 +280,7 @@ fn charge<Q: Meter>(found: Found<'_>, fp: u64, now: u64, quota: &Q, n: u64) -> O
     loop {
         let (decision, write) = quota.decide(state::tat_of(word), now, n);
         // Every decision ends on a second read of its word: `word` is the key's only if the
-        // word has not changed since the key was read (DESIGN.md, "Every decision reads its
+        // word has not changed since the key was read (`docs/design/slot-protocol.md`, "Every decision reads its
         // word twice").
         let current = match write {
             // A denial or a peek writes nothing: read the word again.

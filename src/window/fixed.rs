@@ -18,11 +18,11 @@
 
 use std::time::Duration;
 
-use super::counter::Counter;
-use super::{decision, validate};
-use crate::clock::{Clock, DefaultClock, Timestamp};
+use super::limits::validate;
+use super::report::decision;
 use crate::decision::{Decision, Outcome};
 use crate::error::Error;
+use crate::quota_kind::{sealed::Step, QuotaKind, WindowQuota};
 
 const COUNT_BITS: u32 = 22;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -162,90 +162,18 @@ pub(crate) fn expiry(word: u64, quota: &FixedWindowQuota) -> u64 {
     }
 }
 
-/// A single fixed window counter in one `AtomicU64`, shared by any number of threads.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use funnel::{clock::ManualClock, window::{FixedWindow, FixedWindowQuota}};
-///
-/// let clock = ManualClock::new();
-/// let w = FixedWindow::with_clock(FixedWindowQuota::per_period(3, Duration::from_secs(10))?, clock.clone());
-/// assert!((0..3).all(|_| w.check().is_allowed()));
-/// clock.advance(Duration::from_secs(4));
-/// let d = w.check();
-/// assert!(!d.is_allowed());
-/// assert_eq!(d.retry_after(), Some(Duration::from_secs(6))); // the next window
-/// assert_eq!(d.reset_after(), Duration::from_secs(6));
-/// clock.advance(Duration::from_secs(6));
-/// assert_eq!(w.check().remaining(), 2);
-/// # Ok::<(), funnel::Error>(())
-/// ```
-pub struct FixedWindow<C = DefaultClock>(Counter<FixedWindowQuota, C>);
+impl QuotaKind for FixedWindowQuota {}
+impl WindowQuota for FixedWindowQuota {}
 
-impl<C: std::fmt::Debug> std::fmt::Debug for FixedWindow<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt_as("FixedWindow", f)
-    }
-}
-
-impl FixedWindow<DefaultClock> {
-    /// A fresh counter on the default clock.
-    pub fn new(quota: FixedWindowQuota) -> Self {
-        FixedWindow::with_clock(quota, DefaultClock::new())
-    }
-}
-
-impl<C: Clock> FixedWindow<C> {
-    /// A fresh counter on `clock`.
-    pub fn with_clock(quota: FixedWindowQuota, clock: C) -> Self {
-        FixedWindow(Counter::new(quota, clock))
+impl Step for FixedWindowQuota {
+    #[inline(always)]
+    fn decide(&self, word: u64, now: u64, n: u64) -> (Decision, Option<u64>) {
+        decide(word, now, self, n)
     }
 
-    /// One unit request, now.
-    pub fn check(&self) -> Decision {
-        self.0.check_n(1)
-    }
-
-    /// A request of `n` units, now; `n = 0` is a peek.
-    pub fn check_n(&self, n: u64) -> Decision {
-        self.0.check_n(n)
-    }
-
-    /// One unit request at the caller's `now` (no clock read).
-    pub fn check_at(&self, now: Timestamp) -> Decision {
-        self.0.check_n_at(1, now)
-    }
-
-    /// A request of `n` units at the caller's `now`.
-    pub fn check_n_at(&self, n: u64, now: Timestamp) -> Decision {
-        self.0.check_n_at(n, now)
-    }
-
-    /// The counter's state now, charging nothing.
-    pub fn peek(&self) -> Decision {
-        self.0.check_n(0)
-    }
-
-    /// [`peek`](Self::peek) at the caller's `now`.
-    pub fn peek_at(&self, now: Timestamp) -> Decision {
-        self.0.check_n_at(0, now)
-    }
-
-    /// Empties the counter: the whole limit is available again.
-    pub fn reset(&self) {
-        self.0.reset();
-    }
-
-    /// The quota.
-    pub fn quota(&self) -> &FixedWindowQuota {
-        self.0.quota()
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        self.0.clock()
+    #[inline(always)]
+    fn expiry(&self, word: u64) -> u64 {
+        expiry(word, self)
     }
 }
 

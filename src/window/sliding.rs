@@ -6,7 +6,7 @@
 //!
 //! It approximates the exact sliding log (every admission's time kept, as a Redis sorted set
 //! does) with two counts, assuming the previous window's requests were spread evenly;
-//! `docs/DESIGN.md`, "Window algorithms", reports how often the two disagree on traces.
+//! `docs/design/policies.md`, "Window algorithms", reports how often the two disagree on traces.
 //!
 //! The word:
 //!
@@ -24,11 +24,11 @@
 
 use std::time::Duration;
 
-use super::counter::Counter;
-use super::{decision, validate};
-use crate::clock::{Clock, DefaultClock, Timestamp};
+use super::limits::validate;
+use super::report::decision;
 use crate::decision::{Decision, Outcome};
 use crate::error::Error;
+use crate::quota_kind::{sealed::Step, QuotaKind, WindowQuota};
 
 const COUNT_BITS: u32 = 15;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -223,90 +223,18 @@ pub(crate) fn expiry(word: u64, quota: &SlidingWindowQuota) -> u64 {
     }
 }
 
-/// A single sliding window counter in one `AtomicU64`, shared by any number of threads.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use funnel::{clock::ManualClock, window::{SlidingWindow, SlidingWindowQuota}};
-///
-/// let clock = ManualClock::new();
-/// let w = SlidingWindow::with_clock(SlidingWindowQuota::per_period(4, Duration::from_secs(10))?, clock.clone());
-/// assert!((0..4).all(|_| w.check().is_allowed()));
-/// // 2.5 s into the next window, the previous window's 4 weigh 4 * 7.5 / 10 = 3.
-/// clock.advance(Duration::from_millis(12_500));
-/// let d = w.check();
-/// assert!(d.is_allowed());
-/// assert_eq!(d.remaining(), 0);
-/// let d = w.check();
-/// assert_eq!(d.retry_after(), Some(Duration::from_millis(2_500))); // weight down to 2
-/// # Ok::<(), funnel::Error>(())
-/// ```
-pub struct SlidingWindow<C = DefaultClock>(Counter<SlidingWindowQuota, C>);
+impl QuotaKind for SlidingWindowQuota {}
+impl WindowQuota for SlidingWindowQuota {}
 
-impl<C: std::fmt::Debug> std::fmt::Debug for SlidingWindow<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt_as("SlidingWindow", f)
-    }
-}
-
-impl SlidingWindow<DefaultClock> {
-    /// A fresh counter on the default clock.
-    pub fn new(quota: SlidingWindowQuota) -> Self {
-        SlidingWindow::with_clock(quota, DefaultClock::new())
-    }
-}
-
-impl<C: Clock> SlidingWindow<C> {
-    /// A fresh counter on `clock`.
-    pub fn with_clock(quota: SlidingWindowQuota, clock: C) -> Self {
-        SlidingWindow(Counter::new(quota, clock))
+impl Step for SlidingWindowQuota {
+    #[inline(always)]
+    fn decide(&self, word: u64, now: u64, n: u64) -> (Decision, Option<u64>) {
+        decide(word, now, self, n)
     }
 
-    /// One unit request, now.
-    pub fn check(&self) -> Decision {
-        self.0.check_n(1)
-    }
-
-    /// A request of `n` units, now; `n = 0` is a peek.
-    pub fn check_n(&self, n: u64) -> Decision {
-        self.0.check_n(n)
-    }
-
-    /// One unit request at the caller's `now` (no clock read).
-    pub fn check_at(&self, now: Timestamp) -> Decision {
-        self.0.check_n_at(1, now)
-    }
-
-    /// A request of `n` units at the caller's `now`.
-    pub fn check_n_at(&self, n: u64, now: Timestamp) -> Decision {
-        self.0.check_n_at(n, now)
-    }
-
-    /// The counter's state now, charging nothing.
-    pub fn peek(&self) -> Decision {
-        self.0.check_n(0)
-    }
-
-    /// [`peek`](Self::peek) at the caller's `now`.
-    pub fn peek_at(&self, now: Timestamp) -> Decision {
-        self.0.check_n_at(0, now)
-    }
-
-    /// Empties the counter: the whole limit is available again.
-    pub fn reset(&self) {
-        self.0.reset();
-    }
-
-    /// The quota.
-    pub fn quota(&self) -> &SlidingWindowQuota {
-        self.0.quota()
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        self.0.clock()
+    #[inline(always)]
+    fn expiry(&self, word: u64) -> u64 {
+        expiry(word, self)
     }
 }
 

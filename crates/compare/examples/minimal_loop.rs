@@ -14,7 +14,7 @@
 //! The floor answers how far funnel's own code is from what its tag match costs on the
 //! machine: a faster funnel that matches tags can gain at most the difference. At the default
 //! capacity funnel's table is sparse and reads each key's preferred slot first, which the floor
-//! does not (docs/DESIGN.md, "The table").
+//! does not (docs/design/table.md).
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Instant;
@@ -110,9 +110,9 @@ fn main() {
     let floor_compact = LayoutFloor::new(COMPACT, KEYS, allow);
     let clock = QuantaClock::new();
     for k in 0..KEYS {
-        f_real.check(&k);
-        f_recent.check(&k);
-        f_compact.check(&k);
+        let _ = f_real.check(&k);
+        let _ = f_recent.check(&k);
+        let _ = f_compact.check(&k);
         let _ = g_real.check_key(&k);
         let _ = g_upkeep.check_key(&k);
     }

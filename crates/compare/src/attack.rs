@@ -13,7 +13,8 @@ use governor::RateLimiter;
 
 use crate::keys::{Key, Zipf};
 use crate::limiters::{ahash_for, nz, sip, GovKeyed, LimitAt, MutexMap, TraceClock};
-use crate::report::{fmt_int, fmt_rate, Row, Section};
+use crate::numbers::{fmt_int, fmt_rate};
+use crate::report::{Row, Section};
 use crate::runner::{best_of, replay, Run, TraceShare, LEGIT, MAX_SKEW_NS, REF_ALLOWED};
 use crate::Ctx;
 use funnel_testkit::mutex_map::MutexMapLimiter;

@@ -72,8 +72,8 @@ struct Args {
     #[arg(long)]
     no_redis: bool,
     /// Also copy the charts, the CSVs and the short report (latest.md) to docs/bench/, where
-    /// BENCHMARKS.md links to them (it refuses to start without redis-server, unless
-    /// --no-redis).
+    /// BENCHMARKS.md links to them, and write the run's ratios into README.md (it refuses to
+    /// start without redis-server, unless --no-redis).
     #[arg(long)]
     publish: bool,
     /// Only publish an earlier run's directory (results/<run id>), as --publish would.

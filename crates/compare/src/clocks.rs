@@ -28,7 +28,8 @@ use crate::limiters::{
     ahash_for, fake_clock, manual_clock, mutex_on, CheapClocks, GovKeyed, Limit, QuotaKind,
     UPKEEP_INTERVAL,
 };
-use crate::report::{median, sig3};
+use crate::numbers::sig3;
+use crate::report::median;
 use crate::runner::{on_cpu_ns, timed};
 use crate::table::Table;
 use crate::Ctx;

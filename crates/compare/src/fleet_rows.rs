@@ -237,7 +237,7 @@ pub fn pair(ctx: &Ctx, mix: Mix, in_flight: usize) -> Option<(&Row, &Row)> {
 /// What the deny cache changes: for each mix and requests in flight, decisions/s and Redis
 /// round trips per decision without and with it, and the cut from the raw counts.
 pub fn cache_table(ctx: &Ctx) -> crate::table::Table {
-    use crate::report::{fmt_rate, fmt_ratio};
+    use crate::numbers::{fmt_rate, fmt_ratio};
     let mut t = crate::table::Table::new(
         &[
             "mix",

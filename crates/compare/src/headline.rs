@@ -5,7 +5,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{fmt_rate, fmt_ratio, Row, Section};
+use crate::numbers::{fmt_rate, fmt_ratio};
+use crate::report::{Row, Section};
 use crate::tables::{find, main_workloads, ratio, Table, KEY_TYPES, QUOTAS};
 use crate::Ctx;
 

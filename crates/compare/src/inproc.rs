@@ -11,7 +11,8 @@ use crate::limiters::{
     funnel_on, funnel_real, manual_clock, mutex_manual, mutex_on, mutex_real, sip, Batched,
     ClockPolicy, GovKeyed, Limit, Pingora, QuotaKind, PINGORA_SLOTS,
 };
-use crate::report::{fmt_count_short, fmt_int, Row, Section, TableState};
+use crate::numbers::{fmt_count_short, fmt_int};
+use crate::report::{Row, Section, TableState};
 use crate::runner::{best_of, prefill, timed, Run};
 use crate::Ctx;
 
@@ -35,7 +36,7 @@ pub struct Workload {
 }
 
 /// funnel's capacity for a key space of `n`: 1.25 n slots (at least 1,024), the sizing
-/// `docs/DESIGN.md` recommends for keys in debt at once, so every key fits when all are in
+/// `docs/design/table.md` recommends for keys in debt at once, so every key fits when all are in
 /// debt (with the cuckoo step, a table first evicts a key in debt only when nearly full). A
 /// larger table (the next power of two) can outgrow the last-level cache at a million keys
 /// and cost funnel speed, not only memory.

@@ -359,7 +359,7 @@ impl<K: Hash + Sync> Limit<K> for Pingora {
     fn size_label(&self) -> Option<String> {
         Some(format!(
             "sketch {PINGORA_HASHES} x {} counters, twice",
-            crate::report::fmt_int(self.slots as u64)
+            crate::numbers::fmt_int(self.slots as u64)
         ))
     }
 }

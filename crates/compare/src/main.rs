@@ -28,7 +28,9 @@ mod keys;
 mod limiters;
 mod machine;
 mod memory;
+mod numbers;
 mod progress;
+mod readme;
 mod redis_rows;
 mod redis_side;
 mod report;
@@ -225,6 +227,7 @@ fn run(opts: Options) -> Result<bool, String> {
     // The short report, with the charts beside it (as they are in docs/bench/ once published).
     let md_latest = summary::markdown(&ctx, &run_id, &charts, "", true);
     report::write(&dir, "latest.md", &md_latest)?;
+    report::write(&dir, "readme.md", &readme::table(&ctx))?;
     if ctx.opts.publish {
         publish(&dir)?;
     }
@@ -323,8 +326,9 @@ fn sanity_checks(ctx: &mut Ctx) {
 }
 
 /// Copies a run's charts, CSVs and `latest.md` to docs/bench/ (the CSVs, so that every
-/// published figure can be checked against the runs it comes from). BENCHMARKS.md links to
-/// `docs/bench/latest.md` rather than holding a copy.
+/// published figure can be checked against the runs it comes from), and writes its ratios
+/// into README.md between their markers. BENCHMARKS.md links to `docs/bench/latest.md` rather
+/// than holding a copy.
 pub fn publish(dir: &Path) -> Result<(), String> {
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let charts_dir = root.join("docs/bench");
@@ -348,6 +352,16 @@ pub fn publish(dir: &Path) -> Result<(), String> {
     let latest = dir.join("latest.md");
     let to = charts_dir.join("latest.md");
     std::fs::copy(&latest, &to).map_err(|e| format!("copying {}: {e}", latest.display()))?;
+    // The README's ratios, from the same run (a run made before the harness wrote them has
+    // none, and leaves the README as it is).
+    let ratios = dir.join("readme.md");
+    if let Ok(table) = std::fs::read_to_string(&ratios) {
+        let path = root.join("README.md");
+        let readme = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        std::fs::write(&path, readme::splice(&readme, &table)?)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
     eprintln!(
         "published {}: {copied} charts, {tables} CSVs and latest.md to {}",
         dir.display(),

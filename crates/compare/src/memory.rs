@@ -13,7 +13,7 @@ use governor::RateLimiter;
 
 use crate::inproc::capacity_for;
 use crate::limiters::QuotaKind;
-use crate::report::fmt_int;
+use crate::numbers::fmt_int;
 use crate::Ctx;
 use funnel_testkit::mutex_map::MutexMapLimiter;
 

@@ -15,8 +15,9 @@ use governor::RateLimiter;
 
 use crate::keys::{request_arrays, Dist};
 use crate::limiters::{nz, Limit, MutexMap, QuotaKind};
+use crate::numbers::fmt_int;
 use crate::redis_side::{self, RedisAlgo, RedisQuota, RedisServer};
-use crate::report::{fmt_int, Row, Section};
+use crate::report::{Row, Section};
 use crate::runner::Run;
 use crate::Ctx;
 use funnel_testkit::mutex_map::MutexMapLimiter;

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::inproc::workloads;
 use crate::limiters::QuotaKind;
-use crate::report::fmt_int;
+use crate::numbers::fmt_int;
 use crate::tables::{
     appendix_table, attack_table, churn_table, funnel_table_table, main_table, memory_table,
     over_table, prefill_table, published_table, redis_table, Table,

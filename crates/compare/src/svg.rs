@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::report::fmt_rate;
+use crate::numbers::fmt_rate;
 
 /// One value with its spread.
 #[derive(Clone, Copy, Debug)]

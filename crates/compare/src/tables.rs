@@ -2,8 +2,9 @@
 //! over-admission, published figures, and the appendix with every configuration.
 
 use crate::inproc::{workloads, Comp};
+use crate::numbers::{fmt_int, fmt_ns, fmt_rate, fmt_ratio};
 use crate::redis_rows::settings;
-use crate::report::{fmt_int, fmt_ns, fmt_rate, fmt_ratio, Row, Section};
+use crate::report::{Row, Section};
 use crate::Ctx;
 
 pub use crate::table::Table;

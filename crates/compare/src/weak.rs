@@ -1,6 +1,7 @@
 //! Where funnel is not clearly ahead in a run: the cells the report lists under that heading.
 
-use crate::report::{fmt_int, fmt_rate, fmt_ratio, Row, Section};
+use crate::numbers::{fmt_int, fmt_rate, fmt_ratio};
+use crate::report::{Row, Section};
 use crate::tables::{find, ratio};
 use crate::Ctx;
 

@@ -1,6 +1,6 @@
 //! The `redis_reply` fuzz body (`funnel_redis::fuzzing::reply`) on stable: every committed
-//! seed in `fuzz/corpus/redis_reply/` and every crash kept in
-//! `tests/fuzz_regressions/redis_reply/` at the workspace root, then a bounded number of
+//! seed in the repository's fuzz workspace (`fuzz/corpus/redis_reply/`, beside the target) and
+//! every crash kept in this crate's `tests/fuzz_regressions/redis_reply/`, then a bounded number of
 //! mutations of the seeds. The body panics when a property fails (an admitted decision from a
 //! reply Redis did not admit with, a reading that disagrees with the late-reply count), and a
 //! panic anywhere fails this test.
@@ -14,8 +14,13 @@ use std::path::{Path as FsPath, PathBuf};
 use funnel_redis::fuzzing::{reply, Path, HEADER};
 use funnel_testkit::Rng;
 
+/// The repository's root, where the fuzz workspace keeps its seed corpus.
 fn workspace() -> PathBuf {
-    FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    FsPath::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the crate sits in crates/ of the repository")
+        .to_path_buf()
 }
 
 fn inputs(dir: &FsPath) -> Vec<(PathBuf, Vec<u8>)> {
@@ -56,7 +61,9 @@ fn the_committed_seeds_reach_every_path_and_keep_every_property() {
     ] {
         assert!(reached.contains(&needed), "no seed reaches {needed:?}");
     }
-    for (path, bytes) in inputs(&workspace().join("tests/fuzz_regressions/redis_reply")) {
+    for (path, bytes) in
+        inputs(&FsPath::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions/redis_reply"))
+    {
         std::panic::catch_unwind(|| reply(&bytes))
             .unwrap_or_else(|_| panic!("{} fails a property", path.display()));
     }

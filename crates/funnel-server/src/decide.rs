@@ -215,7 +215,7 @@ impl Outcome {
     /// What `e` would get, charging nothing: a window's estimate ignores the units, so its
     /// denial is read from what is left.
     fn estimated(e: &Entry<'_>, now: Timestamp) -> Outcome {
-        let asked = e.estimate(now);
+        let asked = e.peek(now);
         if e.table.is_window() {
             Outcome {
                 over: asked.remaining() < e.n,

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use funnel::window::{FixedWindowQuota, SlidingWindowQuota};
-use funnel::{Charge, Decision, Limiter, Meter, Quota, Stats, Timestamp};
+use funnel::{Charge, Decision, Limiter, Quota, QuotaKind, Stats, Timestamp};
 
 use crate::clock::UnixClock;
 use crate::config::{Algorithm, RateLimit, Unit};
@@ -39,7 +39,7 @@ pub enum Table {
 
 /// A keyed table of `quota` (or its error, as text) on `clock`, starting with room for
 /// [`START_KEYS`] and growing to at most `max_keys`, evicting the least indebted when full.
-fn keyed_table<Q: Meter>(
+fn keyed_table<Q: QuotaKind>(
     quota: Result<Q, funnel::Error>,
     max_keys: usize,
     clock: UnixClock,
@@ -108,7 +108,7 @@ impl Table {
             Table::Gcra(t) => t
                 .with_quota(quota.unwrap_or(*t.quota()))
                 .cost(key, n)
-                .estimate(now),
+                .peek(now),
             Table::Fixed(t) => t.check_n_at(key, 0, now),
             Table::Sliding(t) => t.check_n_at(key, 0, now),
         }
@@ -156,11 +156,11 @@ impl Charge for Entry<'_> {
                 .cost(self.key, self.n)
                 .undo(charged, now),
             // No refund for windows: the module's comment says why this stays sound.
-            Table::Fixed(_) | Table::Sliding(_) => self.estimate(now),
+            Table::Fixed(_) | Table::Sliding(_) => self.peek(now),
         }
     }
 
-    fn estimate(&self, now: Timestamp) -> Decision {
+    fn peek(&self, now: Timestamp) -> Decision {
         self.table.estimate(self.key, self.n, now, self.quota)
     }
 }

@@ -138,7 +138,7 @@ pub enum Error {
     Funnel(funnel::Error),
     /// A saved state could not be written, read or restored
     /// ([`RateLimitLayer::save_state`], [`RateLimitLayer::restore_state`]): funnel's reason.
-    State(funnel::Error),
+    State(funnel::SnapshotError),
 }
 
 impl std::fmt::Display for Error {
@@ -160,7 +160,8 @@ impl std::fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Funnel(e) | Error::State(e) => Some(e),
+            Error::Funnel(e) => Some(e),
+            Error::State(e) => Some(e),
             _ => None,
         }
     }

@@ -312,7 +312,7 @@ fn decide<C: Clock>(policies: &[Policy<C>], parts: &Parts, n: u64, now: Timestam
 
 /// A policy's funnel for `key` as it stands: a check-only decision for no units.
 fn uncharged<C: Clock>(p: &Policy<C>, key: &[u8], now: Timestamp) -> Decision {
-    p.limiter.with_quota(p.quota).cost(key, 0).estimate(now)
+    p.limiter.with_quota(p.quota).cost(key, 0).peek(now)
 }
 
 pin_project_lite::pin_project! {

@@ -1,8 +1,8 @@
-//! funnel-tower's fuzz bodies on stable: every committed input of `fuzz/corpus/<target>/`
-//! (the seed corpus) and `tests/fuzz_regressions/<target>/` (minimised finds, kept as
-//! regression cases), both at the repository's root, runs through the body the fuzzer runs
-//! (`funnel_tower::fuzzing::<body>`, feature `fuzzing`), then a short budget of seeded
-//! pseudo-random inputs.
+//! funnel-tower's fuzz bodies on stable: every committed input of the repository's fuzz
+//! workspace's seed corpus (`fuzz/corpus/<target>/`, beside the targets) and of this crate's
+//! `tests/fuzz_regressions/<target>/` (minimised finds, kept as regression cases) runs through
+//! the body the fuzzer runs (`funnel_tower::fuzzing::<body>`, feature `fuzzing`), then a short
+//! budget of seeded pseudo-random inputs.
 //!
 //! * `FUZZ_REPLAY_MS` sets each random test's budget (default 600 ms; 0 skips them);
 //!   `FUZZ_REPLAY_SEED` picks the generator's seed (default fixed, so CI is repeatable).
@@ -15,16 +15,32 @@
 
 use std::path::{Path, PathBuf};
 
+use funnel_testkit::alloc::{allocated_bytes, CountingAlloc};
 use funnel_testkit::corpus::{self, Body};
-use funnel_tower::fuzzing::{self, CountingAlloc};
+use funnel_tower::fuzzing;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Runs every committed input of `target` through `body`, under the repository's root.
+/// The key body with the counting allocator's probe.
+fn key_body(data: &[u8]) {
+    fuzzing::key::run(data, allocated_bytes);
+}
+
+/// Runs every committed input of `target` through `body`: the fuzz workspace's seed corpus
+/// and this crate's regressions.
 fn replay_committed(target: &str, body: Body) -> usize {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let files = corpus::replay_committed(&root, target, body);
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = manifest
+        .ancestors()
+        .nth(2)
+        .expect("the crate sits in crates/ of the repository");
+    let files = corpus::replay_committed(
+        &workspace.join("fuzz/corpus"),
+        &manifest.join("tests/fuzz_regressions"),
+        target,
+        body,
+    );
     assert!(
         files >= 8,
         "{target}: only {files} committed inputs under fuzz/corpus/{target}/"
@@ -41,9 +57,9 @@ fn random_inputs(target: &str, body: Body) {
 
 #[test]
 fn the_counting_allocator_is_installed() {
-    let before = fuzzing::allocated_bytes().expect("CountingAlloc is the global allocator");
+    let before = allocated_bytes().expect("CountingAlloc is the global allocator");
     let v = vec![0u8; 1000];
-    let after = fuzzing::allocated_bytes().unwrap();
+    let after = allocated_bytes().unwrap();
     assert!(after - before >= 1000);
     drop(v);
 }
@@ -66,7 +82,7 @@ fn committed_inputs_reach(target: &str, body: Body, events: &[&str]) {
 fn tower_key_committed_inputs_pass_and_reach_every_fallback() {
     committed_inputs_reach(
         "tower_key",
-        fuzzing::key::run,
+        key_body,
         &[
             "no peer",
             "trusted peer",
@@ -109,7 +125,7 @@ fn tower_spec_committed_inputs_pass_and_reach_each_outcome() {
 
 #[test]
 fn tower_key_random_inputs_pass() {
-    random_inputs("tower_key", fuzzing::key::run);
+    random_inputs("tower_key", key_body);
 }
 
 #[test]
@@ -132,7 +148,7 @@ fn events_of_each_input() {
     let dir = std::env::var("FUZZ_EVENTS_DIR").expect("FUZZ_EVENTS_DIR");
     let target = std::env::var("FUZZ_EVENTS_TARGET").expect("FUZZ_EVENTS_TARGET");
     let body: Body = match target.as_str() {
-        "tower_key" => fuzzing::key::run,
+        "tower_key" => key_body,
         "tower_path" => fuzzing::path::run,
         "tower_spec" => fuzzing::spec::run,
         other => panic!("unknown target {other}"),

@@ -1,6 +1,6 @@
 //! The hardware floors under a keyed decision, measured on the machine at hand: what one atomic
 //! read-modify-write costs, how many cache misses overlap, and what reading the TSC does to
-//! that overlap. BENCHMARKS.md and docs/DESIGN.md argue from these figures where a target sits
+//! that overlap. BENCHMARKS.md argues from these figures where a target sits
 //! against the hardware rather than against funnel's code.
 //!
 //! ```sh

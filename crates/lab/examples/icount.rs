@@ -34,7 +34,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use funnel::{Builder, Clock, Funnel, Limiter, Meter, Quota, Timestamp};
+use funnel::{Builder, Clock, Funnel, Limiter, Quota, QuotaKind, Timestamp};
 
 /// Decides `rounds` passes over `order`, a pseudo-random stream of key indices fixed in advance
 /// (as a proxy sees them).
@@ -87,7 +87,7 @@ trait HugePagesIf {
     fn huge_pages_if(self, huge: Option<bool>) -> Self;
 }
 
-impl<K: ?Sized, C: Clock, Q: Meter> HugePagesIf for Builder<K, C, Q> {
+impl<K: ?Sized, C: Clock, Q: QuotaKind> HugePagesIf for Builder<K, C, Q> {
     fn huge_pages_if(self, huge: Option<bool>) -> Self {
         match huge {
             Some(on) => self.huge_pages(on),
@@ -136,7 +136,7 @@ fn main() {
                 .build()
                 .unwrap();
             for k in &skeys {
-                l.check_at(k, now);
+                let _ = l.check_at(k, now);
             }
             decide_all(&order, rounds, |i| {
                 l.check_at(black_box(&skeys[i]), now).is_allowed()
@@ -150,7 +150,7 @@ fn main() {
                 .build()
                 .unwrap();
             for k in &keys {
-                l.check_at(k, now);
+                let _ = l.check_at(k, now);
             }
             let stream: Vec<u64> = order.iter().map(|&i| keys[i as usize]).collect();
             let chunk: usize = std::env::var("ICOUNT_CHUNK")
@@ -202,7 +202,7 @@ fn main() {
                 .build()
                 .unwrap();
             for k in &keys {
-                l.check_at(k, now);
+                let _ = l.check_at(k, now);
             }
             // The keys in visiting order, read sequentially (as a proxy reads them from its
             // requests), so a large key space costs the table's misses, not the key array's.

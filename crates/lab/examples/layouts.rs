@@ -80,7 +80,7 @@ fn funnel_fill_share(keys: usize) -> f64 {
     let mut rng = Rng::new(keys as u64);
     loop {
         let held = limiter.len();
-        limiter.check(&rng.next_u64());
+        let _ = limiter.check(&rng.next_u64());
         if limiter.stats().forced_evictions > 0 {
             return held as f64 / limiter.capacity() as f64;
         }
@@ -128,7 +128,7 @@ fn funnel_sized(keys: u64, times: f64) -> (u64, u64) {
         .build()
         .expect("a valid capacity");
     for k in 0..keys {
-        limiter.check(&k);
+        let _ = limiter.check(&k);
     }
     let stats = limiter.stats();
     (stats.forced_evictions, stats.moved_keys)

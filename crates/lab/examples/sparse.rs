@@ -1,4 +1,4 @@
-//! What the preferred slot (docs/DESIGN.md, "The table") does to a decision, on one thread.
+//! What the preferred slot (docs/design/table.md) does to a decision, on one thread.
 //!
 //! * `allow` / `deny`: a cached keyed decision (`Limiter<u64>` on the recent clock, keys drawn by
 //!   a small PRNG) at 1,000 to 32,000 keys in a table of the default 65,536 slots, across the
@@ -66,8 +66,8 @@ fn cached(allow: bool) {
             .build()
             .expect("a valid limiter");
         for key in 0..keys {
-            limiter.check(&key);
-            limiter.check(&key);
+            let _ = limiter.check(&key);
+            let _ = limiter.check(&key);
         }
         let mut rng = Rng::new(7);
         let ns = best(5, N, || {

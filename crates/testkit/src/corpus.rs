@@ -1,4 +1,4 @@
-//! Fuzz bodies on stable, for the replay tests of funnel (`tests/fuzz_replay.rs`) and of
+//! Fuzz bodies on stable, for the replay tests of funnel (`tests/it/fuzz_bodies.rs`) and of
 //! funnel-tower (`crates/funnel-tower/tests/fuzz_replay.rs`): every committed input of a
 //! cargo-fuzz target through the body the fuzzer runs, then seeded pseudo-random inputs for a
 //! time budget.
@@ -18,15 +18,12 @@ use crate::Rng;
 pub type Body = fn(&[u8]);
 
 /// Runs every committed input of `target` through `body`: the files of
-/// `<root>/fuzz/corpus/<target>/` (the seed corpus) and `<root>/tests/fuzz_regressions/<target>/`
-/// (minimised finds), in name order. Fails naming every input whose run panics. Returns how
-/// many ran.
-pub fn replay_committed(root: &Path, target: &str, body: Body) -> usize {
+/// `<corpus>/<target>/` (the seed corpus) and `<regressions>/<target>/` (minimised finds, kept
+/// by the crate whose code they exercise), in name order. Fails naming every input whose run
+/// panics. Returns how many ran.
+pub fn replay_committed(corpus: &Path, regressions: &Path, target: &str, body: Body) -> usize {
     let mut files = Vec::new();
-    for dir in [
-        root.join("fuzz/corpus").join(target),
-        root.join("tests/fuzz_regressions").join(target),
-    ] {
+    for dir in [corpus.join(target), regressions.join(target)] {
         // A missing directory is skipped, not failed: a target may have no regressions yet.
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;

@@ -2,7 +2,8 @@
 //!
 //! * [`rng`]: one seeded PRNG (SplitMix64) and its mixing function;
 //! * [`model`]: the plain reference model of CL.THROTTLE the engine is checked against;
-//! * [`memory`]: the resident-memory probe;
+//! * [`memory`]: the resident-memory probe; [`alloc`]: a global allocator counting each
+//!   thread's allocated bytes, for checks that a path allocates nothing;
 //! * [`mutex_map`]: the `Mutex<HashMap>` funnel limiter, the design most services start with,
 //!   as a competitor;
 //! * `fuzz` (feature `fuzz`): the fuzz bodies, for the cargo-fuzz targets and their stable
@@ -22,6 +23,7 @@
 //! Not published; not part of the library. It depends on no crate it tests but funnel itself:
 //! funnel-tower's and funnel-redis's own test support lives in their `tests/common`.
 
+pub mod alloc;
 pub mod corpus;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;

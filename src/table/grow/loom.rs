@@ -1,4 +1,4 @@
-//! Loom models of growth (`docs/DESIGN.md`, "Growing"), on a table that grows from two buckets
+//! Loom models of growth (`docs/design/growing.md`), on a table that grows from two buckets
 //! to four (buckets hold 4 slots under loom), with fingerprints chosen so that the key must
 //! leave its bucket: its candidates are buckets 0 and 1 at two buckets, 2 and 3 at four. Run
 //! with the other loom models (`.ci/loom.sh`).

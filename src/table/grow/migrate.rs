@@ -9,7 +9,7 @@ use super::super::moves::Moving;
 use super::super::tags::tag_of;
 use super::super::{Home, Table};
 use super::{candidates, Level, CHUNK, FIRST_FP, INDEX_BITS, INDEX_MASK, MIGRATE_TRIES};
-use crate::meter::Meter;
+use crate::quota_kind::QuotaKind;
 use crate::state::{self, SlotState};
 use crate::sync::{spin, Ordering};
 
@@ -17,7 +17,7 @@ impl Table {
     /// Splits one chunk of the old level's buckets (step 2), if a migration is under way and
     /// has chunks left to claim; the helper that finishes the last one settles the new level
     /// (step 3). True when it split something.
-    pub(in crate::table) fn help_migrate<Q: Meter>(&self, now: u64, quota: &Q) -> bool {
+    pub(in crate::table) fn help_migrate<Q: QuotaKind>(&self, now: u64, quota: &Q) -> bool {
         let Some(g) = self.growth() else {
             return false;
         };
@@ -60,7 +60,7 @@ impl Table {
 
     /// Moves every live key of old bucket `b` whose candidates under `new_mask` do not include
     /// `b`.
-    pub(super) fn split<Q: Meter>(&self, b: usize, new_mask: u64, now: u64, quota: &Q) {
+    pub(super) fn split<Q: QuotaKind>(&self, b: usize, new_mask: u64, now: u64, quota: &Q) {
         let bucket = &self.buckets[b];
         for slot in 0..SLOTS_PER_BUCKET {
             // Acquire, both: as a reader's (`lookup::validate`); `move_key` validates again under
@@ -79,7 +79,7 @@ impl Table {
     /// Moves the key `fp` out of slot `slot` of old bucket `b` into one of its candidates under
     /// `new_mask`, or drops it if its funnel has recovered by `now` (a recovered funnel is an
     /// absent key). The parent module's doc (`grow/mod.rs`) gives the steps.
-    fn move_key<Q: Meter>(
+    fn move_key<Q: QuotaKind>(
         &self,
         fp: u64,
         b: usize,
@@ -129,7 +129,7 @@ impl Table {
     /// reached one of its targets meanwhile).
     // The move's source, target and who moves: one call site each.
     #[allow(clippy::too_many_arguments)]
-    pub(in crate::table) fn relocate<Q: Meter>(
+    pub(in crate::table) fn relocate<Q: QuotaKind>(
         &self,
         fp: u64,
         b: usize,
@@ -205,7 +205,7 @@ impl Table {
     /// slot is free, so its next request is a hit on the hot path again. Never waits: a request
     /// for a key that is present must not depend on another thread (updates stay lock-free);
     /// the migration moves whatever is left.
-    pub(in crate::table) fn nudge<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) {
+    pub(in crate::table) fn nudge<Q: QuotaKind>(&self, fp: u64, now: u64, quota: &Q) {
         let (home, Some(old)) = self.homes(fp) else {
             return;
         };
@@ -231,7 +231,7 @@ impl Table {
     /// (`evict`) evicts the least indebted live one (a migration's move cannot fail for ever),
     /// whatever the table's [`WhenFull`](crate::WhenFull). It also waits out slots that other
     /// threads are binding. The other modes neither evict nor wait: `None`.
-    pub(super) fn pending_target<Q: Meter>(
+    pub(super) fn pending_target<Q: QuotaKind>(
         &self,
         home: &Home,
         now: u64,

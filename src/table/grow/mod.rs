@@ -5,7 +5,7 @@
 //! a key either keeps its bucket or belongs in a bucket of the new, upper half. No array is ever
 //! replaced, so nothing is reclaimed and readers pin nothing.
 //!
-//! A growth (`docs/DESIGN.md`, "Growing"):
+//! A growth (`docs/design/growing.md`):
 //!
 //! 1. A creator whose key finds no free slot starts it (one grower at a time): it publishes the
 //!    new level as *migrating* (readers and creators use the new level from then on, readers
@@ -36,7 +36,7 @@ pub(super) use migrate::{Mode, Relocated};
 use super::create::lock;
 use super::tags::tag_of;
 use super::{Home, Shape, Table};
-use crate::meter::Meter;
+use crate::quota_kind::QuotaKind;
 use crate::sync::{spin, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Fingerprints start here: the key word 0 is no key.
@@ -64,11 +64,9 @@ const MIGRATE_TRIES: u32 = 2;
 /// wait for it to end (`help_before_creating`). A growth starts when the old level is full
 /// (about 90% of its slots with the cuckoo step, which stops at 95%), so about 45% of the new
 /// one; the keys still to move need room there. Without this reserve, creators on other
-/// threads filled the whole new level while one helper was preempted in the middle of its
-/// chunk, whose keys then found no slot anywhere and evicted a key in debt, admitted too early
-/// on its next request: once in 79 runs, then once in 300, of the four-thread growth test
-/// (`tests/growth.rs`), and, with the waits of [`MIGRATE_TRIES`] but no reserve, once in 60
-/// runs of the sixteen-thread one (0 in 300 with both, and the two-step search).
+/// threads could fill the whole new level while one helper is preempted in the middle of its
+/// chunk, whose keys would then find no slot anywhere and evict a key in debt, admitted too
+/// early on its next request (the `growth` tests with more threads than cores exercise it).
 #[cfg(not(funnel_loom))]
 const MIGRATION_FILL_TWENTIETHS: u64 = 15;
 /// Buckets of the old level a helper splits per slow-path request.
@@ -180,12 +178,11 @@ impl Growth {
     /// choose its first bucket.
     ///
     /// The table's own array, sized for its largest level (a lock per bucket up to 16,384),
-    /// not the locks of the buckets in use: when a table started at 1,024 keys used the locks
-    /// of its 256 initial buckets for its whole life, at a million keys its creators, and the
-    /// moves they carry while it grows, queued behind one another's locks, and with 64 threads
-    /// on 2 cores behind preempted holders. `cargo bench --bench creation_tail` (64 threads, a
-    /// table growing from 1,024 to 1.3 M keys): a creation's p99.9 went from milliseconds to
-    /// microseconds (`docs/DESIGN.md`, "Creating keys under oversubscription"), for 16 KiB.
+    /// not the locks of the buckets in use: with only the locks of its initial buckets, a table
+    /// grown far past its start would have its creators, and the moves they carry while it
+    /// grows, queue behind one another's locks, and with more threads than cores behind
+    /// preempted holders (`docs/design/growing.md`, "Creating keys under oversubscription";
+    /// `cargo bench --bench creation_tail` measures the tail). The cost is 16 KiB at most.
     pub(super) fn stripe(&self, fp: u64) -> &AtomicBool {
         &self.locks[self.stripe_index(fp)]
     }
@@ -273,18 +270,18 @@ impl Table {
     /// keys in [`MIGRATION_FILL_TWENTIETHS`] of its slots or more, go on helping, or wait for
     /// the migration to end. Nothing in a fixed table.
     #[inline(always)]
-    pub(super) fn help_before_creating<Q: Meter>(&self, fp: u64, now: u64, quota: &Q) {
+    pub(super) fn help_before_creating<Q: QuotaKind>(&self, fp: u64, now: u64, quota: &Q) {
         if let Shape::Grows(g) = &self.shape {
             self.help_growing(g, fp, now, quota);
         }
     }
 
-    /// [`help_before_creating`](Self::help_before_creating) in a growable table. Out of line: a
-    /// fixed table's flood of new keys (`cargo bench --bench paths -- paths/evict`) was slower
-    /// with this inlined into its slow path. Not under loom: the reserve is a policy, and reading its counters
-    /// would only multiply the models' interleavings.
+    /// [`help_before_creating`](Self::help_before_creating) in a growable table. Out of line,
+    /// so that a fixed table's slow path, which never calls it, stays as short as without it.
+    /// Not under loom: the reserve is a policy, and reading its counters would only multiply
+    /// the models' interleavings.
     #[inline(never)]
-    fn help_growing<Q: Meter>(&self, g: &Growth, fp: u64, now: u64, quota: &Q) {
+    fn help_growing<Q: QuotaKind>(&self, g: &Growth, fp: u64, now: u64, quota: &Q) {
         self.help_migrate(now, quota);
         #[cfg(not(funnel_loom))]
         {
@@ -315,7 +312,7 @@ impl Table {
     /// doing it ahead of the helper that will claim them is harmless) and one claimed chunk;
     /// otherwise starts a growth; or, when another thread is starting one, waits a little
     /// (`round` counts the waits, for backing off). The caller looks again.
-    pub(super) fn make_room<Q: Meter>(&self, fp: u64, now: u64, quota: &Q, round: &mut u32) {
+    pub(super) fn make_room<Q: QuotaKind>(&self, fp: u64, now: u64, quota: &Q, round: &mut u32) {
         if let (home, Some(_)) = self.homes(fp) {
             let new_mask = self.growth().map_or(0, Growth::mask_in_use);
             let old_buckets = (new_mask >> 1) as usize + 1;

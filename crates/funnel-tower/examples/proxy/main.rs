@@ -265,13 +265,14 @@ async fn drain(open: GracefulShutdown, timeout: Duration, signals: &mut Signals)
 fn restore<C: Clock + Clone + 'static>(path: &Path, layer: &RateLimitLayer<C>) -> String {
     match layer.restore_state_from(path) {
         Ok(keys) => format!("proxy: restored {keys} key(s) from {}", path.display()),
-        Err(funnel_tower::Error::State(funnel::Error::SnapshotIo {
-            kind: std::io::ErrorKind::NotFound,
-            ..
-        })) => format!(
-            "proxy: no saved state at {}: starting empty",
-            path.display()
-        ),
+        Err(funnel_tower::Error::State(funnel::SnapshotError::Io(e)))
+            if e.kind() == std::io::ErrorKind::NotFound =>
+        {
+            format!(
+                "proxy: no saved state at {}: starting empty",
+                path.display()
+            )
+        }
         Err(e) => format!(
             "proxy: cannot restore {}: {e}; starting empty",
             path.display()

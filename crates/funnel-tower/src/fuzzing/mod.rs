@@ -18,10 +18,6 @@ pub mod key;
 pub mod path;
 pub mod spec;
 
-mod alloc;
-
-pub use alloc::{allocated_bytes, CountingAlloc};
-
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 

@@ -9,12 +9,13 @@
 //! every byte before it.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Write};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use funnel::{Clock, Limiter, Snapshot};
+use funnel::{Clock, Limiter, Snapshot, SnapshotError};
 
 use super::RateLimitLayer;
 use crate::Error;
@@ -57,8 +58,7 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
         Ok(keys)
     }
 
-    /// [`save_state`](Self::save_state) to the file at `path`, atomically
-    /// (`funnel::Snapshot::write_atomically`): a new file in the same directory (owner-only on
+    /// [`save_state`](Self::save_state) to the file at `path`, atomically: a new file in the same directory (owner-only on
     /// Unix), flushed to disk, renamed over `path`, and the directory flushed; a crash leaves
     /// the old file or the new one, never part of one.
     ///
@@ -68,7 +68,7 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
     /// left as it was).
     pub fn save_state_to(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
         let (bytes, keys) = self.state()?;
-        Snapshot::write_atomically(path, &bytes).map_err(Error::State)?;
+        write_atomically(path.as_ref(), &bytes).map_err(io_error)?;
         Ok(keys)
     }
 
@@ -86,7 +86,7 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
     ///
     /// [`Error::State`] with the reason: a truncated or corrupt file, another format version,
     /// or a policy whose quota, or whose key hasher seed, is not the saved one
-    /// (`funnel::Error::SnapshotQuota`, ...). The layer is then unchanged.
+    /// (`funnel::SnapshotError::Quota`, ...). The layer is then unchanged.
     pub fn restore_state(&self, mut r: impl Read) -> Result<usize, Error> {
         let mut bytes = Vec::new();
         r.read_to_end(&mut bytes).map_err(io_error)?;
@@ -103,8 +103,9 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
                 .capacity(policy.limiter.capacity())
                 .clock(self.shared.clock.clone())
                 .restore(snapshot.clone())
+                .map_err(Error::State)?
                 .build()
-                .map_err(Error::State)?;
+                .map_err(Error::Funnel)?;
             keys += limiter.len();
             policy.limiter = Arc::new(limiter);
         }
@@ -117,7 +118,7 @@ impl<C: Clock + Clone + 'static> RateLimitLayer<C> {
     /// # Errors
     ///
     /// As [`restore_state`](Self::restore_state); a missing file is
-    /// `Error::State(funnel::Error::SnapshotIo { kind: NotFound, .. })`.
+    /// `Error::State(funnel::SnapshotError::Io(e))` with `e.kind()` `NotFound`.
     pub fn restore_state_from(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
         self.restore_state(File::open(path).map_err(io_error)?)
     }
@@ -149,12 +150,12 @@ fn parse(bytes: &[u8]) -> Result<HashMap<String, Snapshot>, Error> {
     let state = |e| Error::State(e);
     let m = bytes.len().min(MAGIC.len());
     if bytes[..m] != MAGIC[..m] {
-        return Err(state(funnel::Error::SnapshotNotFunnel));
+        return Err(state(SnapshotError::NotFunnel));
     }
     let mut r = Cursor(bytes, MAGIC.len().min(bytes.len()));
     let version = r.u32()?;
     if version != VERSION {
-        return Err(state(funnel::Error::SnapshotVersion {
+        return Err(state(SnapshotError::Version {
             found: version,
             supported: VERSION,
         }));
@@ -162,7 +163,7 @@ fn parse(bytes: &[u8]) -> Result<HashMap<String, Snapshot>, Error> {
     let body = bytes
         .len()
         .checked_sub(8)
-        .ok_or(state(funnel::Error::SnapshotTruncated))?;
+        .ok_or(state(SnapshotError::Truncated))?;
     let policies = r.u32()?;
     let mut tables = Vec::new();
     for _ in 0..policies {
@@ -191,7 +192,7 @@ fn parse(bytes: &[u8]) -> Result<HashMap<String, Snapshot>, Error> {
 }
 
 fn r_len(n: u64) -> Result<usize, Error> {
-    usize::try_from(n).map_err(|_| Error::State(funnel::Error::SnapshotTruncated))
+    usize::try_from(n).map_err(|_| Error::State(SnapshotError::Truncated))
 }
 
 /// A reader over the file's bytes: the bytes and the offset.
@@ -203,7 +204,7 @@ impl<'a> Cursor<'a> {
             .1
             .checked_add(n)
             .filter(|end| *end <= self.0.len())
-            .ok_or(Error::State(funnel::Error::SnapshotTruncated))?;
+            .ok_or(Error::State(SnapshotError::Truncated))?;
         let out = &self.0[self.1..end];
         self.1 = end;
         Ok(out)
@@ -222,15 +223,54 @@ impl<'a> Cursor<'a> {
     }
 }
 
-fn corrupt(reason: &'static str) -> funnel::Error {
-    funnel::Error::SnapshotCorrupt { reason }
+fn corrupt(reason: &'static str) -> SnapshotError {
+    SnapshotError::Corrupt { reason }
 }
 
-fn io_error(e: std::io::Error) -> Error {
-    Error::State(funnel::Error::SnapshotIo {
-        kind: e.kind(),
-        message: e.to_string(),
-    })
+fn io_error(e: io::Error) -> Error {
+    Error::State(SnapshotError::Io(e))
+}
+
+/// A counter that makes each temporary file's name unique within the process.
+static TEMPORARY: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never a part
+/// of one: a new file in the same directory (owner-only on Unix, as it holds hasher seeds),
+/// flushed to disk, renamed over `path`, then the directory flushed. On failure the new file
+/// is removed and `path` is left as it was.
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file", path.display()),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut temporary = name.to_owned();
+    // Relaxed: only uniqueness matters.
+    let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
+    temporary.push(format!(".{}.{n}.tmp", std::process::id()));
+    let temporary = dir.join(temporary);
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(&temporary).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temporary, path)
+    });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&temporary);
+        return Err(e);
+    }
+    // A rename is durable once its directory is; only Unix opens a directory as a file.
+    #[cfg(unix)]
+    File::open(dir).and_then(|d| d.sync_all())?;
+    Ok(())
 }
 
 /// FNV-1a, 64 bits: any one changed byte changes it (`funnel::Snapshot` says why).
@@ -306,7 +346,7 @@ mod tests {
         let other = layer(11);
         let err = other.restore_state(&state[..]).unwrap_err();
         assert!(
-            matches!(err, Error::State(funnel::Error::SnapshotQuota { .. })),
+            matches!(err, Error::State(SnapshotError::Quota { .. })),
             "{err:?}"
         );
         assert!(!owes(&other, "ip") && !owes(&other, "route"));

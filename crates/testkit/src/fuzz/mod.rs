@@ -1,5 +1,5 @@
 //! The fuzz bodies: each takes the fuzzer's bytes, drives the engine and checks it against the
-//! reference model. The cargo-fuzz targets in `fuzz/` call them, and `tests/fuzz_replay.rs`
+//! reference model. The cargo-fuzz targets in `fuzz/` call them, and `tests/it/fuzz_bodies.rs`
 //! runs them on stable over the committed corpus and seeded random inputs.
 //!
 //! * [`ops`]: random operations on a keyed limiter, against the model;

@@ -292,7 +292,7 @@ impl Harness {
             assert!(at_max, "{what}: {delta:?} while the table could still grow");
         }
         if delta.forced > 0 && self.growable && !at_max {
-            // The last resort of a move whose target buckets were full (DESIGN.md, "Growing");
+            // The last resort of a move whose target buckets were full (`docs/design/growing.md`);
             // the audit below still holds the victim to its debt.
             saw(Event::ForcedEviction);
         } else if delta.turned_away + delta.untracked + delta.forced > 0 {

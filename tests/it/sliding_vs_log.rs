@@ -3,7 +3,7 @@
 //! while `count + n <= limit`). Both see the same requests, each with its own history; the test
 //! counts the requests they decide differently and the most units the counter admits in any
 //! window of length `W`, prints the table (`--nocapture`) and asserts the bounds that
-//! `docs/DESIGN.md`, "Window algorithms", reports; on the replay file it pins every decision.
+//! `docs/design/policies.md`, "Window algorithms", reports; on the replay file it pins every decision.
 
 use funnel_testkit::rng;
 
@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use funnel::clock::ManualClock;
-use funnel::window::{SlidingWindow, SlidingWindowQuota};
+use funnel::window::{Counter, SlidingWindowQuota};
 use funnel::Timestamp;
 use rng::Rng;
 
@@ -80,7 +80,7 @@ impl Tally {
 /// Runs one key's requests `(time, units)` through both.
 fn compare(limit: u64, window: u64, requests: &[(u64, u64)]) -> Tally {
     let q = SlidingWindowQuota::per_period(limit, Duration::from_nanos(window)).unwrap();
-    let counter = SlidingWindow::with_clock(q, ManualClock::new());
+    let counter = Counter::with_clock(q, ManualClock::new());
     let mut log = Log::new(limit, window);
     let mut tally = Tally::default();
     let mut admitted_times: VecDeque<u64> = VecDeque::new();
@@ -158,7 +158,7 @@ type KeyTrace = (u64, u64, Vec<(u64, u64)>);
 /// The replay file's CL.THROTTLE lines read as `count` units per `period` seconds, per key (a
 /// window limiter's reading of the line; the funnel's burst is not used).
 fn replay_trace() -> BTreeMap<String, KeyTrace> {
-    let text = include_str!("../examples/data/replay.txt");
+    let text = include_str!("../../examples/data/replay.txt");
     let mut keys: BTreeMap<String, KeyTrace> = BTreeMap::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();

@@ -1,4 +1,4 @@
-//! The public keyed API, behaviour by behaviour: key types, `check` / `check_n` / `throttle` and
+//! The public keyed API, behaviour by behaviour: key types, `check` / `check_n` / `with_quota` and
 //! their `*_at` variants, `peek`, `reset`, `len`, capacity rounding, the statistics, the three
 //! [`WhenFull`] policies and the builder's errors.
 //!
@@ -247,8 +247,8 @@ fn len_counts_keys_holding_a_slot_including_recovered_ones() {
     let (limiter, clock) = limiter::<u64>(1_024, WhenFull::Evict);
     assert!(limiter.is_empty());
     for key in 0..100 {
-        limiter.check(&key);
-        limiter.check(&key); // a second request is an update, not a new key
+        let _ = limiter.check(&key);
+        let _ = limiter.check(&key); // a second request is an update, not a new key
     }
     assert_eq!(limiter.len(), 100);
     clock.advance(Duration::from_secs(60));
@@ -440,10 +440,10 @@ fn stats_count_keys_and_each_kind_of_eviction() {
         ),
         (0, 0, 0, 0)
     );
-    limiter.check(&10); // forced: evicts key 1
+    let _ = limiter.check(&10); // forced: evicts key 1
     clock.advance(Duration::from_secs(100)); // everyone recovers
-    limiter.check(&11); // recovered
-    limiter.check(&12); // recovered
+    let _ = limiter.check(&11); // recovered
+    let _ = limiter.check(&12); // recovered
     let stats = limiter.stats();
     assert_eq!(
         (

@@ -41,11 +41,11 @@ fn program() -> Result<(), Error> {
     let d = windows.check("alice");
     assert_eq!((d.limit(), d.remaining()), (100, 99));
     let fixed: FixedWindowLimiter<str> =
-        Limiter::<str>::fixed_window(FixedWindowQuota::per_second(3)?).build()?;
+        Limiter::<str>::builder(FixedWindowQuota::per_second(3)?).build()?;
     assert!(fixed.check_n("k", 3).is_allowed());
     assert!(!fixed.check("k").is_allowed());
     let sliding: SlidingWindowLimiter<u64> =
-        Limiter::<u64>::sliding_window(SlidingWindowQuota::per_hour(5)?).build()?;
+        Limiter::<u64>::builder(SlidingWindowQuota::per_hour(5)?).build()?;
     assert_eq!(sliding.check(&1).remaining(), 4);
 
     // The near-limit signal is inherent on `Decision`.
@@ -144,32 +144,33 @@ fn a_reservation_settled_on_another_limiter_is_refused_and_changes_nothing() {
 fn a_live_limiter_binds_reservations_to_its_own_table() {
     let live = LiveLimiter::new(manual(Quota::per_second(10).unwrap()));
     let other = LiveLimiter::new(manual(Quota::per_second(10).unwrap()));
-    let r = live.reserve("k", 5);
+    let r = live.current().reserve("k", 5);
     assert_eq!(
-        other.settle("k", r, 0),
+        other.limiter().settle("k", r, 0),
         Err(Error::ReservationMismatch {
             another_limiter: true
         })
     );
-    let r = live.reserve("k", 5);
+    let r = live.current().reserve("k", 5);
     assert_eq!(
-        live.settle("j", r, 0),
+        live.limiter().settle("j", r, 0),
         Err(Error::ReservationMismatch {
             another_limiter: false
         })
     );
     assert_eq!(
-        live.peek("k").remaining(),
+        live.current().peek("k").remaining(),
         0,
         "both reservations still charged"
     );
     // The live limiter and the limiter it wraps are one table: either settles.
-    let r = live.reserve("m", 5);
+    let r = live.current().reserve("m", 5);
     assert_eq!(live.limiter().settle("m", r, 0), Ok(Settled::Refunded));
     let r = live
+        .limiter()
         .with_quota(Quota::per_second(1).unwrap())
         .reserve("n", 1);
-    assert_eq!(live.settle("n", r, 0), Ok(Settled::Refunded));
+    assert_eq!(live.limiter().settle("n", r, 0), Ok(Settled::Refunded));
 }
 
 /// A key pushed 5 units past its limit of 10 (T = 100 ms): a peek answers limited, with a
@@ -250,7 +251,7 @@ fn check_all_takes_entries_of_any_type_without_casts() {
         .build()
         .unwrap();
     let now = per_user.now();
-    // One limiter type: a slice or a Vec of `Cost`, by value or by reference.
+    // One limiter type: a slice or a Vec of `CheckAllEntry`, by value or by reference.
     assert!(check_all(&[per_user.cost(&1, 1), per_user.cost(&2, 1)], now).is_allowed());
     let costs = vec![per_user.cost(&1, 1), per_user.cost(&3, 1)];
     assert!(check_all(&costs, now).is_allowed());
@@ -275,7 +276,10 @@ fn with_quota_has_the_limiters_methods_on_limiter_and_live_limiter() {
     let live = LiveLimiter::new(manual(Quota::per_second(10).unwrap()));
     let q = Quota::per_second(4).unwrap().with_limit(2).unwrap(); // T = 250 ms
     let now = l.now();
-    for (name, view) in [("limiter", l.with_quota(q)), ("live", live.with_quota(q))] {
+    for (name, view) in [
+        ("limiter", l.with_quota(q)),
+        ("live", live.limiter().with_quota(q)),
+    ] {
         assert_eq!(*view.quota(), q, "{name}");
         assert!(view.check("k").is_allowed(), "{name}");
         assert!(view.check_at("k", now).is_allowed(), "{name}");
@@ -296,8 +300,8 @@ fn with_quota_has_the_limiters_methods_on_limiter_and_live_limiter() {
     }
     // The same vocabulary on the live limiter, under its current quota.
     live.set_quota(q);
-    assert!(live.refund_at("k", 1, now));
-    assert_eq!(live.peek_at("k", now).remaining(), 1);
-    let r = live.reserve_at("z", 1, now);
-    assert_eq!(live.settle_at("z", r, 1, now), Ok(Settled::Exact));
+    assert!(live.current().refund_at("k", 1, now));
+    assert_eq!(live.current().peek_at("k", now).remaining(), 1);
+    let r = live.current().reserve_at("z", 1, now);
+    assert_eq!(live.limiter().settle_at("z", r, 1, now), Ok(Settled::Exact));
 }

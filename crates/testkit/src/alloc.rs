@@ -1,9 +1,7 @@
-//! A global allocator that counts the bytes each thread allocates, so a fuzz body can check
-//! that reading a request's key allocates nothing (memory per request stays bounded whatever
-//! the request holds). The fuzz targets and the stable replay test install it with
-//! `#[global_allocator]`.
-
-#![allow(unsafe_code)]
+//! A global allocator that counts the bytes each thread allocates, so a test or a fuzz body
+//! can check that a path allocates nothing (funnel-tower's: reading a request's key, so memory
+//! per request stays bounded whatever the request holds). A fuzz target or a test binary
+//! installs it with `#[global_allocator]` and hands [`allocated_bytes`] to the body.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

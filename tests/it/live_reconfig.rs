@@ -70,7 +70,7 @@ fn admissions_match_the_model_in_every_interval_as_the_quota_changes_every_milli
                             } else {
                                 KEYS - 1 - i
                             };
-                            if limiter.check(&k).is_allowed() {
+                            if limiter.current().check(&k).is_allowed() {
                                 // Relaxed: read after the `end` barrier.
                                 admitted[k as usize].fetch_add(1, Ordering::Relaxed);
                             }
@@ -134,7 +134,7 @@ fn decisions_racing_quota_changes_each_match_the_model_under_the_quota_they_used
                     while !stop.load(Ordering::Relaxed) || log.len() < 20_000 {
                         let key = t * KEYS + i % KEYS;
                         let now = clock.now();
-                        let d = limiter.check_n_at(&key, 1, now);
+                        let d = limiter.current().check_n_at(&key, 1, now);
                         log.push((key, now.as_nanos(), d.limit(), d.to_cl_throttle()));
                         i += 1;
                         // Relaxed, then a SeqCst fence, as the writer does on its side: a

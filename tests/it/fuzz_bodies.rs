@@ -21,7 +21,13 @@ use common::Event;
 
 /// Runs every committed input of `target` through `body`; returns how many ran.
 fn replay_committed(target: &str, body: Body) -> usize {
-    corpus::replay_committed(Path::new(env!("CARGO_MANIFEST_DIR")), target, body)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    corpus::replay_committed(
+        &root.join("fuzz/corpus"),
+        &root.join("tests/fuzz_regressions"),
+        target,
+        body,
+    )
 }
 
 /// Feeds `body` inputs from `generate` until the budget runs out, then says which events

@@ -1,4 +1,4 @@
-//! Window counters inside the keyed table (`Limiter::fixed_window`, `Limiter::sliding_window`):
+//! Window counters inside the keyed table (`Limiter::builder` with a window quota):
 //! per key, the same answers as the single-key counters (which are held to reference models in
 //! `src/window/`), exact counts under contention, lazy eviction once a key's windows have
 //! passed, and exactness while the table grows.
@@ -9,8 +9,8 @@ use std::thread;
 use std::time::Duration;
 
 use funnel::clock::ManualClock;
-use funnel::window::{FixedWindow, FixedWindowQuota, SlidingWindow, SlidingWindowQuota};
-use funnel::{Decision, Limiter, Meter, Timestamp};
+use funnel::window::{Counter, FixedWindowQuota, SlidingWindowQuota};
+use funnel::{Decision, Limiter, QuotaKind, Timestamp};
 use funnel_testkit::Rng;
 
 const S: u64 = 1_000_000_000;
@@ -50,7 +50,7 @@ fn same_as_single_key<W>(
 /// [`same_as_single_key`] over 20 seeds, for a keyed limiter of `quota` (5 units per
 /// [`WINDOW`] s) against each key's own counter, `single(quota, a clock)`; then the table's
 /// invariants.
-fn each_key_answers_as_its_own_counter<Q: Meter, W>(
+fn each_key_answers_as_its_own_counter<Q: QuotaKind, W>(
     quota: Q,
     single: fn(Q, ManualClock) -> W,
     decide: impl Fn(&W, u64, Timestamp) -> Decision,
@@ -75,13 +75,13 @@ const WINDOW: u64 = 2;
 #[test]
 fn a_keyed_fixed_window_answers_as_each_keys_own_counter() {
     let q = FixedWindowQuota::per_period(5, Duration::from_secs(WINDOW)).unwrap();
-    each_key_answers_as_its_own_counter(q, FixedWindow::with_clock, FixedWindow::check_n_at);
+    each_key_answers_as_its_own_counter(q, Counter::with_clock, Counter::check_n_at);
 }
 
 #[test]
 fn a_keyed_sliding_window_answers_as_each_keys_own_counter() {
     let q = SlidingWindowQuota::per_period(5, Duration::from_secs(WINDOW)).unwrap();
-    each_key_answers_as_its_own_counter(q, SlidingWindow::with_clock, SlidingWindow::check_n_at);
+    each_key_answers_as_its_own_counter(q, Counter::with_clock, Counter::check_n_at);
 }
 
 /// Four threads ask for 200 keys, six times each per window, on a frozen clock: every key
@@ -93,11 +93,11 @@ fn threads_admit_exactly_the_limit_per_key_and_window() {
     let fixed = FixedWindowQuota::per_period(3, Duration::from_secs(10)).unwrap();
     let sliding = SlidingWindowQuota::per_period(3, Duration::from_secs(10)).unwrap();
     let clock = ManualClock::new();
-    let f = Limiter::<u64>::fixed_window(fixed)
+    let f = Limiter::<u64>::builder(fixed)
         .clock(clock.clone())
         .build()
         .unwrap();
-    let s = Limiter::<u64>::sliding_window(sliding)
+    let s = Limiter::<u64>::builder(sliding)
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -162,7 +162,7 @@ fn threads_admit_exactly_the_limit_per_key_and_window() {
 fn a_key_whose_windows_have_passed_gives_its_slot_to_a_new_key() {
     let q = FixedWindowQuota::per_second(1).unwrap();
     let clock = ManualClock::new();
-    let limiter = Limiter::<u64>::fixed_window(q)
+    let limiter = Limiter::<u64>::builder(q)
         .capacity(70)
         .clock(clock.clone())
         .build()
@@ -185,7 +185,7 @@ fn a_key_whose_windows_have_passed_gives_its_slot_to_a_new_key() {
 #[test]
 fn a_growable_sliding_window_table_keeps_every_count_through_its_growths() {
     let q = SlidingWindowQuota::per_minute(2).unwrap();
-    let limiter = Limiter::<u64>::sliding_window(q)
+    let limiter = Limiter::<u64>::builder(q)
         .capacity(100)
         .max_capacity(1 << 20)
         .clock(ManualClock::new())
@@ -207,7 +207,7 @@ fn a_growable_sliding_window_table_keeps_every_count_through_its_growths() {
 #[test]
 fn a_reset_key_starts_a_fresh_window() {
     let q = FixedWindowQuota::per_minute(1).unwrap();
-    let limiter = Limiter::<str>::fixed_window(q)
+    let limiter = Limiter::<str>::builder(q)
         .clock(ManualClock::new())
         .build()
         .unwrap();
@@ -225,10 +225,7 @@ fn a_window_decision_reports_its_exact_remaining_units_in_cl_throttle_form() {
     // apply to it).
     let clock = ManualClock::starting_at(Timestamp::from_nanos(999_000_000).unwrap());
     let quota = FixedWindowQuota::per_second(1_000).unwrap();
-    let limiter = Limiter::<u64>::fixed_window(quota)
-        .clock(clock)
-        .build()
-        .unwrap();
+    let limiter = Limiter::<u64>::builder(quota).clock(clock).build().unwrap();
     let d = limiter.check_n(&1, 600);
     assert_eq!(d.remaining(), 400);
     assert_eq!(d.to_cl_throttle(), [0, 1_000, 400, -1, 1]);
@@ -241,8 +238,8 @@ fn the_longest_sliding_window_decides_without_overflow() {
     // A window of 2^62 ns (the longest a limit of 1 allows): the first request's state is
     // fresh again after two windows, 2^63 ns.
     let quota = SlidingWindowQuota::per_period(1, Duration::from_nanos(1 << 62)).unwrap();
-    let single = SlidingWindow::with_clock(quota, ManualClock::new());
-    let keyed = Limiter::<u64>::sliding_window(quota)
+    let single = Counter::with_clock(quota, ManualClock::new());
+    let keyed = Limiter::<u64>::builder(quota)
         .clock(ManualClock::new())
         .build()
         .unwrap();

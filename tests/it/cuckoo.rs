@@ -42,7 +42,7 @@ fn a_fixed_table_fills_about_nine_slots_in_ten_before_its_first_forced_eviction(
         }
         let held = (key - 1) as f64 / limiter.capacity() as f64;
         let stats = limiter.stats();
-        // Two-choice placement alone stops at 66-75% of the slots (docs/DESIGN.md).
+        // Two-choice placement alone stops well short of this (docs/design/table.md).
         assert!(
             held > 0.85,
             "seed {seed}: first forced eviction at {held:.3} {stats:?}"

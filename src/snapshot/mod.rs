@@ -1,7 +1,6 @@
 //! [`Snapshot`]: a keyed limiter's saved state, its file format, and its reader. What is saved
 //! and how a limiter takes it back are `Limiter::save` and `Builder::restore`
-//! (`src/limiter/persist.rs`); why the format is what it is, `docs/DESIGN.md`, "Saving and
-//! restoring".
+//! (`src/limiter/persist.rs`); why the format is what it is, `docs/design/persistence.md`.
 //!
 //! Layout, every integer little-endian:
 //!
@@ -19,14 +18,18 @@
 //! | 88 | 16 `n` | per key: its fingerprint, its debt at the save in ns |
 //! | 88 + 16 `n` | 8 | FNV-1a (64 bits) of every byte before it |
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::error::Error;
 use crate::state::MAX_TOLERANCE_NANOS;
+
+mod error;
+mod file;
+
+pub use error::SnapshotError;
+pub(crate) use file::write_atomically;
 
 /// The first eight bytes of every saved state.
 const MAGIC: [u8; 8] = *b"FUNNELST";
@@ -36,9 +39,6 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const FUNNEL: u32 = 1;
 /// Bytes before the keys.
 const HEADER: usize = 88;
-/// A counter that makes each temporary file's name unique within the process
-/// ([`Snapshot::write_atomically`]).
-static TEMPORARY: AtomicU64 = AtomicU64::new(0);
 
 /// A keyed limiter's saved state, read and checked: every tracked key's fingerprint and its
 /// debt at the save, the quota it was saved under, the key hasher's seed and the wall-clock
@@ -46,12 +46,13 @@ static TEMPORARY: AtomicU64 = AtomicU64::new(0);
 /// by [`Builder::restore`](crate::Builder::restore).
 ///
 /// Reading checks the whole file (its magic, version, length, checksum and every field) before
-/// anything uses it: a file that fails any check is an [`Error`] and nothing of it is loaded.
+/// anything uses it: a file that fails any check is a [`SnapshotError`] and nothing of it is
+/// loaded.
 ///
 /// # Examples
 ///
 /// ```
-/// use funnel::{Error, Limiter, Quota, Snapshot};
+/// use funnel::{Limiter, Quota, Snapshot, SnapshotError};
 ///
 /// let quota = Quota::per_minute(1)?;
 /// let limiter = Limiter::<str>::new(quota);
@@ -63,8 +64,8 @@ static TEMPORARY: AtomicU64 = AtomicU64::new(0);
 /// assert_eq!(snapshot.len(), 1);
 /// // One byte changed anywhere: a typed error, nothing loaded.
 /// file[100] ^= 1;
-/// assert!(matches!(Snapshot::read(&file[..]), Err(Error::SnapshotCorrupt { .. })));
-/// # Ok::<(), funnel::Error>(())
+/// assert!(matches!(Snapshot::read(&file[..]), Err(SnapshotError::Corrupt { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -97,30 +98,30 @@ impl Snapshot {
     ///
     /// # Errors
     ///
-    /// [`Error::SnapshotNotFunnel`] (not a saved state), [`Error::SnapshotVersion`] (another
-    /// format version), [`Error::SnapshotTruncated`], [`Error::SnapshotCorrupt`] (a checksum
-    /// mismatch, trailing bytes or a field out of range), [`Error::SnapshotIo`].
-    pub fn read(r: impl Read) -> Result<Snapshot, Error> {
+    /// [`SnapshotError::NotFunnel`] (not a saved state), [`SnapshotError::Version`] (another
+    /// format version), [`SnapshotError::Truncated`], [`SnapshotError::Corrupt`] (a checksum
+    /// mismatch, trailing bytes or a field out of range), [`SnapshotError::Io`].
+    pub fn read(r: impl Read) -> Result<Snapshot, SnapshotError> {
         let mut r = Checksummed::new(BufReader::new(r));
         let mut header = [0u8; HEADER];
         let got = r.fill(&mut header)?;
         let magic = got.min(MAGIC.len());
         if header[..magic] != MAGIC[..magic] {
-            return Err(Error::SnapshotNotFunnel);
+            return Err(SnapshotError::NotFunnel);
         }
         if got < 12 {
-            return Err(Error::SnapshotTruncated);
+            return Err(SnapshotError::Truncated);
         }
         let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
         let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         if version != VERSION {
-            return Err(Error::SnapshotVersion {
+            return Err(SnapshotError::Version {
                 found: version,
                 supported: VERSION,
             });
         }
         if got < HEADER {
-            return Err(Error::SnapshotTruncated);
+            return Err(SnapshotError::Truncated);
         }
         let n = word(80);
         // Not sized from the file's count: a hostile count would allocate before the file ends.
@@ -128,7 +129,7 @@ impl Snapshot {
         let mut entry = [0u8; 16];
         for _ in 0..n {
             if r.fill(&mut entry)? < entry.len() {
-                return Err(Error::SnapshotTruncated);
+                return Err(SnapshotError::Truncated);
             }
             let fp = u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"));
             let debt = u64::from_le_bytes(entry[8..].try_into().expect("8 bytes"));
@@ -137,7 +138,7 @@ impl Snapshot {
         let computed = r.sum;
         let mut sum = [0u8; 8];
         if r.fill(&mut sum)? < sum.len() {
-            return Err(Error::SnapshotTruncated);
+            return Err(SnapshotError::Truncated);
         }
         if r.fill(&mut [0u8; 1])? != 0 {
             return Err(corrupt("bytes after the checksum"));
@@ -162,76 +163,9 @@ impl Snapshot {
     ///
     /// # Errors
     ///
-    /// As [`read`](Self::read); a file that cannot be opened is [`Error::SnapshotIo`].
-    pub fn read_from(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
-        Snapshot::read(File::open(path).map_err(io_error)?)
-    }
-
-    /// Writes `bytes` to the file at `path` atomically: they go to a new file in the same
-    /// directory (readable and writable by its owner only, on Unix), which is flushed to disk
-    /// and then renamed over `path`, and the directory is flushed too. A crash at any moment
-    /// leaves either the old file or the new one, never a part of one.
-    ///
-    /// [`Limiter::save_to`](crate::Limiter::save_to) writes a saved state this way; a crate
-    /// that keeps several saved states in one file of its own (funnel-tower's layer state,
-    /// one table per policy) writes that file with it too.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::SnapshotIo`] when `path` names no file, or the file cannot be written,
-    /// flushed or renamed (the temporary file is then removed, and `path` left as it was).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use funnel::{Limiter, Quota, Snapshot};
-    ///
-    /// let limiter = Limiter::<str>::new(Quota::per_minute(1)?);
-    /// assert!(limiter.check("abuser").is_allowed());
-    /// let mut state = Vec::new();
-    /// limiter.save(&mut state)?;
-    ///
-    /// let path = std::env::temp_dir().join(format!("funnel-doc-{}.state", std::process::id()));
-    /// Snapshot::write_atomically(&path, &state)?;
-    /// assert_eq!(Snapshot::read_from(&path)?.len(), 1);
-    /// # std::fs::remove_file(&path).unwrap();
-    /// # Ok::<(), funnel::Error>(())
-    /// ```
-    pub fn write_atomically(path: impl AsRef<Path>, bytes: &[u8]) -> Result<(), Error> {
-        let path = path.as_ref();
-        let name = path.file_name().ok_or_else(|| Error::SnapshotIo {
-            kind: io::ErrorKind::InvalidInput,
-            message: format!("{} names no file", path.display()),
-        })?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let mut temporary = name.to_owned();
-        // Relaxed: only uniqueness matters.
-        let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
-        temporary.push(format!(".{}.{n}.tmp", std::process::id()));
-        let temporary = dir.join(temporary);
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let written = options.open(&temporary).and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()?;
-            fs::rename(&temporary, path)
-        });
-        if let Err(e) = written {
-            let _ = fs::remove_file(&temporary);
-            return Err(io_error(e));
-        }
-        // The rename is durable once the directory is (on Unix; elsewhere a directory cannot
-        // be opened as a file, and the rename is as durable as the platform makes it).
-        #[cfg(unix)]
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_error)?;
-        Ok(())
+    /// As [`read`](Self::read); a file that cannot be opened is [`SnapshotError::Io`].
+    pub fn read_from(path: impl AsRef<Path>) -> Result<Snapshot, SnapshotError> {
+        Snapshot::read(File::open(path).map_err(SnapshotError::Io)?)
     }
 
     /// Keys in the saved state (every key that was in debt when it was saved).
@@ -251,7 +185,7 @@ impl Snapshot {
     }
 
     /// The fields' ranges, once the checksum has said the bytes are the ones written.
-    fn check(&self) -> Result<(), Error> {
+    fn check(&self) -> Result<(), SnapshotError> {
         if self.algorithm != FUNNEL {
             return Err(corrupt("unknown algorithm"));
         }
@@ -271,7 +205,7 @@ impl Snapshot {
     }
 
     /// Writes the state in the format above.
-    pub(crate) fn write(&self, w: &mut impl Write) -> Result<(), Error> {
+    pub(crate) fn write(&self, w: &mut impl Write) -> Result<(), SnapshotError> {
         let mut w = Checksummed::new(io::BufWriter::new(w));
         w.put(&MAGIC)?;
         w.put(&VERSION.to_le_bytes())?;
@@ -290,7 +224,7 @@ impl Snapshot {
         }
         let sum = w.sum;
         w.put(&sum.to_le_bytes())?;
-        w.inner.flush().map_err(io_error)
+        w.inner.flush().map_err(SnapshotError::Io)
     }
 }
 
@@ -319,14 +253,14 @@ impl<T> Checksummed<T> {
 
 impl<R: Read> Checksummed<R> {
     /// Fills `buf` unless the input ends first; the bytes read, hashed.
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, SnapshotError> {
         let mut got = 0;
         while got < buf.len() {
             match self.inner.read(&mut buf[got..]) {
                 Ok(0) => break,
                 Ok(k) => got += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(e)),
+                Err(e) => return Err(SnapshotError::Io(e)),
             }
         }
         self.hash(&buf[..got]);
@@ -335,9 +269,9 @@ impl<R: Read> Checksummed<R> {
 }
 
 impl<W: Write> Checksummed<W> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
         self.hash(bytes);
-        self.inner.write_all(bytes).map_err(io_error)
+        self.inner.write_all(bytes).map_err(SnapshotError::Io)
     }
 }
 
@@ -358,15 +292,8 @@ pub(crate) fn key_type<K: ?Sized>() -> u64 {
     fnv1a(FNV_OFFSET, std::any::type_name::<K>().as_bytes())
 }
 
-fn corrupt(reason: &'static str) -> Error {
-    Error::SnapshotCorrupt { reason }
-}
-
-pub(crate) fn io_error(e: io::Error) -> Error {
-    Error::SnapshotIo {
-        kind: e.kind(),
-        message: e.to_string(),
-    }
+fn corrupt(reason: &'static str) -> SnapshotError {
+    SnapshotError::Corrupt { reason }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use funnel::clock::ManualClock;
-use funnel::window::{FixedWindow, FixedWindowQuota, SlidingWindow, SlidingWindowQuota};
+use funnel::window::{Counter, FixedWindowQuota, SlidingWindowQuota};
 use funnel::Decision;
 
 const THREADS: usize = 4;
@@ -37,7 +37,7 @@ fn contend(attempts: u64, n: u64, check: impl Fn(u64) -> Decision + Sync) -> u64
 #[test]
 fn a_fixed_window_admits_exactly_its_limit_per_window_under_contention() {
     let clock = ManualClock::new();
-    let w = FixedWindow::with_clock(FixedWindowQuota::per_second(10_000).unwrap(), clock.clone());
+    let w = Counter::with_clock(FixedWindowQuota::per_second(10_000).unwrap(), clock.clone());
     for window in 0..4 {
         assert_eq!(
             contend(5_000, 1, |n| w.check_n(n)),
@@ -55,7 +55,7 @@ fn a_fixed_window_admits_exactly_its_limit_per_window_under_contention() {
 #[test]
 fn a_sliding_window_admits_exactly_what_its_estimate_leaves_under_contention() {
     let clock = ManualClock::new();
-    let w = SlidingWindow::with_clock(
+    let w = Counter::with_clock(
         SlidingWindowQuota::per_period(10_000, Duration::from_secs(10)).unwrap(),
         clock.clone(),
     );

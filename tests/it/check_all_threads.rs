@@ -160,7 +160,7 @@ fn transient_charges_are_only_stricter_and_never_leak() {
 /// On the real clock, with rollbacks all the time (users checked last, most requests denied by
 /// them after charging the route): the route never admits more than a funnel may over the run,
 /// `limit + elapsed / T`, plus at most one unit per thread for rollbacks given back early
-/// (`docs/DESIGN.md`: a rollback may return up to what a concurrent later `now` drained, and
+/// (`docs/design/policies.md`: a rollback may return up to what a concurrent later `now` drained, and
 /// such errors do not accumulate).
 #[test]
 fn on_a_moving_clock_rollbacks_keep_the_route_within_its_rate() {

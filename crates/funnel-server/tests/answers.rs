@@ -127,9 +127,9 @@ async fn global_shadow_mode_answers_ok_and_counts_the_overrides() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains(r#""overallCode":"OK""#), "{body}");
     assert!(body.contains(r#""code":"OVER_LIMIT""#), "{body}");
-    assert_eq!(s.metric("ratelimit_service_global_shadow_mode"), 2);
+    assert_eq!(s.metric("ratelimit_service_global_shadow_mode_total"), 2);
     assert_eq!(
-        s.metric(r#"ratelimit_service_rate_limit_over_limit{domain="api",key="plan_free"}"#),
+        s.metric(r#"ratelimit_service_rate_limit_over_limit_total{domain="api",key="plan_free"}"#),
         2
     );
 }

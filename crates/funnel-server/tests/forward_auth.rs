@@ -177,7 +177,7 @@ fn shadow_mode_answers_200_and_counts_the_overage() {
         .lines()
         .find(|l| {
             l.starts_with(
-                "ratelimit_service_rate_limit_shadow_mode{domain=\"shadowed\",key=\"tenant\"}",
+                "ratelimit_service_rate_limit_shadow_mode_total{domain=\"shadowed\",key=\"tenant\"}",
             )
         })
         .unwrap_or_else(|| panic!("{metrics}"));

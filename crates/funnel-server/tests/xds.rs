@@ -363,7 +363,7 @@ async fn pushed_configurations_are_served_acked_and_a_broken_one_nacked() {
     assert_eq!(ack.version_info, "2");
     assert!(ack.error_detail.is_none(), "{ack:?}");
     assert_eq!(allowed(&s, "edge", "client", "b", 7).await, (5, 5));
-    s.wait_metric("ratelimit_service_config_load_success", 2);
+    s.wait_metric("ratelimit_service_config_load_success_total", 2);
 
     // A broken one (a counted rule without a unit): NACKed with the version in force and
     // why, and the version in force still answers.
@@ -379,7 +379,7 @@ async fn pushed_configurations_are_served_acked_and_a_broken_one_nacked() {
         why.contains("xDS resource \"edge\"") && why.contains("unit"),
         "{why}"
     );
-    s.wait_metric("ratelimit_service_config_load_error", 1);
+    s.wait_metric("ratelimit_service_config_load_error_total", 1);
     assert_eq!(allowed(&s, "edge", "client", "c", 7).await, (5, 5));
 
     // Two resources of one domain: refused as two files of one domain are.
@@ -398,7 +398,7 @@ async fn pushed_configurations_are_served_acked_and_a_broken_one_nacked() {
         why.contains("already defined in xDS resource \"a\""),
         "{why}"
     );
-    s.wait_metric("ratelimit_service_config_load_error", 2);
+    s.wait_metric("ratelimit_service_config_load_error_total", 2);
 
     // And a good one after them is taken.
     ads.push("5", vec![domain("edge", "edge", "client", 2), background()]);

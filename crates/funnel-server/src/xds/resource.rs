@@ -207,7 +207,7 @@ mod tests {
         let yaml = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: MINUTE, requests_per_unit: 5}\n    descriptors:\n      - key: path\n        value: /login\n        shadow_mode: true\n        rate_limit: {unit: SECOND, requests_per_unit: 1, name: login}\n  - key: vip\n    value: \"yes\"\n    rate_limit:\n      unit: HOUR\n      requests_per_unit: 100\n      replaces: [{name: login}]\n";
         let file = parse_domain(yaml, std::path::Path::new("edge.yaml")).unwrap();
         let strip = |d: &crate::config::Domain| -> String {
-            // The same tree, lines and origin aside.
+            // The same tree, lines and file names aside.
             format!(
                 "{:?} {:?}",
                 d.domain,
@@ -222,6 +222,7 @@ mod tests {
 
     fn without_lines(mut d: crate::config::Descriptor) -> crate::config::Descriptor {
         d.line = 0;
+        d.file = std::path::Path::new("").into();
         d.descriptors = d.descriptors.into_iter().map(without_lines).collect();
         d
     }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+
 use crate::answers::{Answers, LimitHeaders};
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};

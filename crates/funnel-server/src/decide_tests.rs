@@ -11,8 +11,8 @@ use prost_types::{Struct, Value};
 use super::*;
 use crate::clock::UnixClock;
 use crate::config::parse_domain;
-use crate::stats::RuleStats;
 use crate::proto::RateLimitDescriptor;
+use crate::stats::RuleStats;
 
 /// A rule of `requests_per_unit` a minute (GCRA), in quota mode or not, with `metadata`.
 fn rule(

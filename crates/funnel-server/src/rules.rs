@@ -535,7 +535,8 @@ impl Registry {
                     limit.unit.envoy_number(),
                     limit.burst.unwrap_or(rpu)
                 );
-                let mut builder = crate::fleet::builder(r, q).map_err(CompileErrorKind::RedisSettings)?
+                let mut builder = crate::fleet::builder(r, q)
+                    .map_err(CompileErrorKind::RedisSettings)?
                     .prefix(crate::fleet::prefix(r, &id.domain, &id.rule, &quota))
                     .deny_cache(r.deny_cache)
                     .on_failure(r.on_failure);
@@ -646,7 +647,10 @@ impl TreeBuilder<'_> {
             shadow_mode: d.shadow_mode,
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
-            metadata: d.metadata.as_ref().map(crate::dynamic_metadata::from_config),
+            metadata: d
+                .metadata
+                .as_ref()
+                .map(crate::dynamic_metadata::from_config),
             replaces: limit.replaces.clone(),
             kind,
             stats,

@@ -270,14 +270,19 @@ fn metadata_is_kept_on_its_rule() {
     let r = load("accepted/metadata.yaml");
     let rule = |e: &[(&str, &str)]| r.domains["shop"].find(e.iter().copied()).unwrap().clone();
     let owner = rule(&[("tenant", "acme"), ("path", "/cart")]);
-    assert_eq!(owner.metadata, struct_of(serde_json::json!({"owner": "storefront"})));
+    assert_eq!(
+        owner.metadata,
+        struct_of(serde_json::json!({"owner": "storefront"}))
+    );
     assert!(rule(&[("tenant", "acme"), ("path", "/checkout")])
         .metadata
         .is_none());
     let client = rule(&[("client", "web")]);
     assert_eq!(
         client.metadata,
-        struct_of(serde_json::json!({"quota": {"owner": "payments", "weight": 2, "ratio": 0.5, "tags": ["a", "7"], "enabled": true}}))
+        struct_of(
+            serde_json::json!({"quota": {"owner": "payments", "weight": 2, "ratio": 0.5, "tags": ["a", "7"], "enabled": true}})
+        )
     );
 }
 

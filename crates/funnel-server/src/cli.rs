@@ -197,12 +197,12 @@ struct Args {
     /// MERGE_DOMAIN_CONFIG); without it a domain in two files is refused.
     #[arg(long)]
     merge_domain_config: bool,
-    /// Decide on a time refreshed every <interval> (`250us`, `1ms`; 10us to 1000ms) instead of
+    /// Decide on a time refreshed every `INTERVAL` (`250us`, `1ms`; 10us to 1000ms) instead of
     /// reading the clock per decision: each limit may admit up to one interval's worth of its
     /// rate more than exact. Not worth it beside a gRPC round trip unless measured.
     #[arg(long, value_name = "INTERVAL", value_parser = parse_interval)]
     recent_clock: Option<Duration>,
-    /// Serve /forward-auth/<domain> on the HTTP port with this file's actions (nginx, Caddy,
+    /// Serve `/forward-auth/<domain>` on the HTTP port with this file's actions (nginx, Caddy,
     /// Traefik).
     #[arg(long, value_name = "FILE")]
     forward_auth: Option<PathBuf>,

@@ -1,5 +1,5 @@
 //! The `funnel-server` binary's reading of envoyproxy/ratelimit's environment variables (part
-//! of the binary, declared in `main.rs`; the library takes only [`funnel_server::Options`]).
+//! of the command line, `cli.rs`; the server takes only [`crate::Options`]).
 //!
 //! Each variable becomes the command-line flags it means, placed before the real arguments,
 //! so that a flag given on the command line wins over the variable. A variable that asks for
@@ -237,12 +237,8 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
             }
         }
         "GRPC_XDS_SOTW" => {
+            // As given: `--xds` reads `host:port` with or without TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS).
             let url = var("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into());
-            let url = if url.contains("://") {
-                url
-            } else {
-                format!("http://{url}")
-            };
             push("CONFIG_TYPE/CONFIG_GRPC_XDS_SERVER_URL", &["--xds", &url]);
             if let Some(id) = var("CONFIG_GRPC_XDS_NODE_ID") {
                 push("CONFIG_GRPC_XDS_NODE_ID", &["--xds-node-id", &id]);

@@ -151,7 +151,7 @@ struct Args {
     ///
     /// The default leaves room for a busy Redis or a loaded host: a shorter wait turns slow
     /// but admissible calls into --on-redis-failure answers (denials under `closed`), which
-    /// costs more than the wait (BENCHMARKS.md has the sweep). Envoy's own timeout for the
+    /// costs more than the wait (the repository's docs/bench/funnel-server.md has the sweep). Envoy's own timeout for the
     /// rate-limit call may be shorter; Envoy then applies its failure mode first.
     #[arg(long, default_value_t = 50)]
     redis_timeout_ms: u64,

@@ -103,6 +103,7 @@ pub struct RuleStat {
 impl RuleStat {
     /// The counter's value in `c`.
     pub fn read(&self, c: &Counters) -> u64 {
+        // Relaxed: an independent tally read for reporting; no other memory depends on it.
         (self.counter)(c).load(Ordering::Relaxed)
     }
 }
@@ -167,6 +168,7 @@ pub struct ServerStat {
 impl ServerStat {
     /// The counter's value in `s`.
     pub fn read(&self, s: &ServerStats) -> u64 {
+        // Relaxed: as `RuleStat::read`.
         (self.counter)(s).load(Ordering::Relaxed)
     }
 }

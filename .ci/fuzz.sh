@@ -15,8 +15,23 @@
 # committed seed corpus fuzz/corpus/<target>. A crash fails the run and leaves its input in
 # fuzz/artifacts/<target>/; minimise it with `cargo +nightly fuzz tmin <target> <file>` and keep
 # it in tests/fuzz_regressions/<target>/.
+#
+# `--check` fuzzes nothing: it only checks, on the default (stable) toolchain, that every fuzz
+# target of every workspace in FUZZ_DIRS builds (`cargo check`, in target/fuzz-check). CI runs
+# this, as a few seconds of fuzzing a target would find little and cost minutes of builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FUZZ_DIRS="${FUZZ_DIRS:-fuzz crates/funnel-server/fuzz}"
+
+if [ "${1:-}" = --check ]; then
+  for dir in $FUZZ_DIRS; do
+    echo "fuzz: checking the targets of $dir"
+    CARGO_TARGET_DIR="$PWD/target/fuzz-check" cargo check --locked --quiet \
+      --manifest-path "$dir/Cargo.toml" --bins
+  done
+  echo "fuzz: every target of $FUZZ_DIRS builds"
+  exit 0
+fi
 
 CARGO_FUZZ_VERSION=0.13.2
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
@@ -58,7 +73,7 @@ run_dir() {
     done
   )
 }
-for dir in ${FUZZ_DIRS:-fuzz crates/funnel-server/fuzz}; do
+for dir in $FUZZ_DIRS; do
   run_dir "$dir"
 done
 echo "fuzz: all targets ran ${FUZZ_SECONDS}s without a failure"

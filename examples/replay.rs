@@ -12,10 +12,10 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::process::ExitCode;
 
-use funnel::replay::{Replay, DEFAULT_REPLAY_CAPACITY};
+use funnel::replay::Replay;
 
 fn main() -> ExitCode {
-    let mut capacity = DEFAULT_REPLAY_CAPACITY;
+    let mut capacity = Replay::DEFAULT_CAPACITY;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next().map(|v| v.parse::<usize>())) {

@@ -122,4 +122,10 @@ impl<C: Clock> Funnel<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
+
+    /// The current time on the funnel's clock, for the `*_at` variants.
+    #[inline]
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
 }

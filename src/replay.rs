@@ -18,9 +18,6 @@ use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::quota::Quota;
 
-/// Default capacity of a replay's limiter: 2^20 keys (a table of 18.3 MiB).
-pub const DEFAULT_REPLAY_CAPACITY: usize = 1 << 20;
-
 /// Why a replay line was rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -131,6 +128,7 @@ fn int(field: &'static str, text: &[u8]) -> Result<i64, LineError> {
 /// assert_eq!(replay.line(b"0 user123 15 30 60"), "0 16 15 -1 2");
 /// assert_eq!(replay.line(b"0 user123 15 30 60 0"), "0 16 15 -1 2");
 /// assert!(replay.line(b"0 user123 15 0 60").starts_with("error: "));
+/// assert!(replay.limiter().capacity() >= Replay::DEFAULT_CAPACITY);
 /// ```
 #[derive(Debug)]
 pub struct Replay {
@@ -138,13 +136,16 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// A replay tracking up to [`DEFAULT_REPLAY_CAPACITY`] keys at once. It is exact (no funnel
-    /// in debt is evicted) while the keys in debt together stay below about 85% of that: a
-    /// table first evicts a funnel in debt when 87-93% of its slots are in debt (see
-    /// [`Builder::capacity`](crate::Builder::capacity)). Replays with more keys in debt at once
-    /// need [`with_capacity`](Self::with_capacity), about 1.25 slots for each.
+    /// The capacity of [`Replay::new`]'s limiter: 2^20 keys (a table of 18.3 MiB).
+    pub const DEFAULT_CAPACITY: usize = 1 << 20;
+
+    /// A replay tracking up to [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys at once. It
+    /// is exact (no funnel in debt is evicted) while the keys in debt together stay below about
+    /// 85% of that: a table first evicts a funnel in debt when 87-93% of its slots are in debt
+    /// (see [`Builder::capacity`](crate::Builder::capacity)). Replays with more keys in debt at
+    /// once need [`with_capacity`](Self::with_capacity), about 1.25 slots for each.
     pub fn new() -> Replay {
-        Replay::with_capacity(DEFAULT_REPLAY_CAPACITY).expect("the default capacity is valid")
+        Replay::with_capacity(Replay::DEFAULT_CAPACITY).expect("the default capacity is valid")
     }
 
     /// A replay tracking up to `capacity` keys.

@@ -106,6 +106,12 @@ impl<Q: WindowQuota, C: Clock> Counter<Q, C> {
         // forgotten) or after (and is counted in the empty counter).
         self.word.store(0, Ordering::Relaxed);
     }
+
+    /// The current time on the counter's clock, for the `*_at` variants.
+    #[inline]
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
 }
 
 impl<Q, C> Counter<Q, C> {

@@ -15,11 +15,12 @@ fn single_key_counters_take_the_callers_time_peek_and_reset() {
     let f = Funnel::with_clock(Quota::per_second(2).unwrap(), clock.clone());
     let fixed = Counter::with_clock(FixedWindowQuota::per_second(2).unwrap(), clock.clone());
     let sliding = Counter::with_clock(SlidingWindowQuota::per_second(2).unwrap(), clock.clone());
-    // The clock they read is the one they were given.
+    // The clock they read is the one they were given, as `now()` says.
     clock.advance(Duration::from_millis(5));
-    assert_eq!(f.clock().now(), clock.now());
-    assert_eq!(fixed.clock().now(), clock.now());
-    assert_eq!(sliding.clock().now(), clock.now());
+    let t = clock.now();
+    assert_eq!((f.now(), f.clock().now()), (t, t));
+    assert_eq!((fixed.now(), fixed.clock().now()), (t, t));
+    assert_eq!((sliding.now(), sliding.clock().now()), (t, t));
     // Two requests at the caller's time use the limit; a peek there charges nothing.
     let now = Timestamp::from_nanos(10 * MS).unwrap();
     for (name, check, peek, reset) in [

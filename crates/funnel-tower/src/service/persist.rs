@@ -9,10 +9,9 @@
 //! every byte before it.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use funnel::{Clock, Limiter, Snapshot, SnapshotError};
@@ -231,42 +230,30 @@ fn io_error(e: io::Error) -> Error {
     Error::State(SnapshotError::Io(e))
 }
 
-/// A counter that makes each temporary file's name unique within the process.
-static TEMPORARY: AtomicU64 = AtomicU64::new(0);
-
 /// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never a part
-/// of one: a new file in the same directory (owner-only on Unix, as it holds hasher seeds),
-/// flushed to disk, renamed over `path`, then the directory flushed. On failure the new file
-/// is removed and `path` is left as it was.
+/// of one: a temporary file in the same directory (owner-only on Unix, as it holds hasher
+/// seeds; `tempfile` names it and removes it if anything fails), flushed to disk, renamed over
+/// `path`, then the directory flushed. On failure `path` is left as it was.
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} names no file", path.display()),
-        )
-    })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
+    let Some(name) = path.file_name() else {
+        let why = format!("{} names no file", path.display());
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
     };
-    let mut temporary = name.to_owned();
-    // Relaxed: only uniqueness matters.
-    let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
-    temporary.push(format!(".{}.{n}.tmp", std::process::id()));
-    let temporary = dir.join(temporary);
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let written = options.open(&temporary).and_then(|mut file| {
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temporary, path)
-    });
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temporary);
-        return Err(e);
-    }
+    // A bare file name is in the working directory.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // `<name>.<random>.tmp`: one left by a crash says whose it was.
+    let mut prefix = name.to_owned();
+    prefix.push(".");
+    let mut temporary = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    temporary.write_all(bytes)?;
+    temporary.as_file().sync_all()?;
+    temporary.persist(path).map_err(|e| e.error)?;
     // A rename is durable once its directory is; only Unix opens a directory as a file.
     #[cfg(unix)]
     File::open(dir).and_then(|d| d.sync_all())?;
@@ -321,6 +308,42 @@ mod tests {
         let after = layer(10);
         assert_eq!(after.restore_state(&state[..]).unwrap(), 2);
         assert!(owes(&after, "ip") && owes(&after, "route"));
+    }
+
+    #[test]
+    fn a_saved_file_replaces_the_old_one_whole_and_leaves_nothing_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        std::fs::write(&path, b"the old state").unwrap();
+        let before = layer(10);
+        charge(&before);
+        assert_eq!(before.save_state_to(&path).unwrap(), 2);
+        let after = layer(10);
+        assert_eq!(after.restore_state_from(&path).unwrap(), 2);
+        assert!(owes(&after, "ip") && owes(&after, "route"));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["state"], "no temporary file is left");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "the file holds the hasher seeds");
+        }
+        // A path naming no file, and a directory that does not exist: errors, nothing written.
+        for bad in [dir.path().join(".."), dir.path().join("missing/state")] {
+            assert!(
+                matches!(
+                    before.save_state_to(&bad),
+                    Err(Error::State(SnapshotError::Io(_)))
+                ),
+                "{}",
+                bad.display()
+            );
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

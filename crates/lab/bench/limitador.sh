@@ -32,8 +32,8 @@
 # (memory against memory, Redis against Redis), and funnel-server's CPU per call within 10% of
 # the floor's. The script prints both checks from the medians.
 #
-# limitador-server is not on crates.io. Its binary is taken from LIMITADOR_SERVER, else
-# `limitador-server` on PATH. Build it with
+# limitador-server is not on crates.io. The limitador-* rows take its binary from
+# LIMITADOR_SERVER, else `limitador-server` on PATH. Build it with
 #     cargo install --git https://github.com/Kuadrant/limitador --locked limitador-server
 # (needs protoc and clang/libclang: apt-get install protobuf-compiler clang libclang-dev).
 # The binary this script was written against: limitador-server 2.4.0-dev, Kuadrant/limitador
@@ -69,14 +69,6 @@ note() { echo "limitador-bench: $*" >&2; }
 [[ "$CALLS" =~ ^[1-9][0-9]*$ ]] || fail "CALLS must be a whole number of at least 1"
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || fail "WARMUP must be a whole number"
 
-limitador="${LIMITADOR_SERVER:-$(command -v limitador-server || true)}"
-if [ -z "$limitador" ] || [ ! -x "$limitador" ]; then
-  fail "limitador-server not found (set LIMITADOR_SERVER=/path/to/limitador-server or put it on PATH).
-  It is not on crates.io; build it with
-    apt-get install -y protobuf-compiler clang libclang-dev
-    cargo install --git https://github.com/Kuadrant/limitador --locked limitador-server"
-fi
-
 rows=()
 for row in $ROWS; do
   case $row in
@@ -92,6 +84,17 @@ for row in $ROWS; do
   esac
 done
 [ "${#rows[@]}" -ge 1 ] || fail "no row to run"
+# limitador-server, needed by the limitador-* rows only.
+limitador=
+if [[ " ${rows[*]} " == *" limitador-"* ]]; then
+  limitador="${LIMITADOR_SERVER:-$(command -v limitador-server || true)}"
+  if [ -z "$limitador" ] || [ ! -x "$limitador" ]; then
+    fail "limitador-server not found (set LIMITADOR_SERVER=/path/to/limitador-server or put it on PATH).
+  It is not on crates.io; build it with
+    apt-get install -y protobuf-compiler clang libclang-dev
+    cargo install --git https://github.com/Kuadrant/limitador --locked limitador-server"
+  fi
+fi
 needs_redis() {
   local row
   for row in "${rows[@]}"; do
@@ -283,7 +286,7 @@ load() {
 field() { tr ' ' '\n' <<<"$result" | awk -F= -v k="$1" '$1 == k {print $2; exit}'; }
 
 echo "limitador-bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo))"
-echo "limitador-bench: $("$limitador" --version 2>&1 | head -n 1)"
+[ -z "$limitador" ] || echo "limitador-bench: $("$limitador" --version 2>&1 | head -n 1)"
 echo "limitador-bench: $CALLS calls after $WARMUP, 64 in flight over 4 connections, 10000 keys, every call admissible"
 if needs_redis; then
   start_redis

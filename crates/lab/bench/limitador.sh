@@ -21,7 +21,10 @@
 # p99.9 (the load generator's, after its warm-up), the server's CPU per call (utime+stime of
 # the server's process from /proc/PID/stat before and after the load generator's whole run,
 # warm-up included, divided by every call it answered: warm-up + measured), the server's RSS
-# after the run, wrong denials (OVER_LIMIT answers) and failed calls (gRPC errors).
+# after the run, wrong denials (OVER_LIMIT answers) and failed calls (gRPC errors). Both
+# servers run with their defaults: funnel-server on Redis denies a call whose round trip
+# outlives --redis-timeout-ms (its `closed` policy), and says so in the log and on stderr;
+# limitador-server's `redis` storage waits for Redis however long it takes.
 #
 # Then, unless EXACT=0, a workload where the limit bites: 100 a day on 10 keys, 20,000 calls
 # without warm-up, so every key asks far more than its limit and the run ends long before any
@@ -107,7 +110,7 @@ cargo build --release -q -p funnel-server --bins
 cargo build --release -q -p funnel-lab --example funnel-loadgen
 bin="${CARGO_TARGET_DIR:-target}/release"
 loadgen="$bin/examples/funnel-loadgen"
-rm -rf "$OUT"; mkdir -p "$OUT"
+rm -rf "$OUT"; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/funnel-limitador-bench.XXXXXX")
 pids=()
 cleanup() {
@@ -162,7 +165,7 @@ free_port() {
 }
 
 # Starts a server that prints "... listening grpc=ADDR ..." once bound (port 0: the system
-# picks a free port); sets $server_pid and $grpc.
+# picks a free port); sets $server_pid, $grpc and $http (funnel-server's /metrics).
 start_printing() {
   local name=$1; shift
   "$@" >"$OUT/$name.out" 2>"$OUT/$name.log" &
@@ -170,6 +173,7 @@ start_printing() {
   pids+=("$server_pid")
   for _ in $(seq 200); do
     grpc=$(sed -n 's/.*listening grpc=\([^ ]*\).*/\1/p' "$OUT/$name.out")
+    http=$(sed -n 's/.*listening .* http=\([^ ]*\).*/\1/p' "$OUT/$name.out")
     [ -n "$grpc" ] && return 0
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.05
@@ -231,9 +235,12 @@ start_redis() {
 }
 
 # Starts row $1's server with limits $2 (a directory made by write_limits); sets
-# $server_pid and $grpc. Redis is emptied first, so every run starts from the same state.
+# $server_pid and $grpc, and $metrics to the load generator's --metrics flag for funnel-server
+# on Redis (its Redis round trips and timeouts, in the log). Redis is emptied first, so every
+# run starts from the same state.
 start_row() {
   local row=$1 limits=$2 name="$1-$3"
+  metrics=()
   case $row in
     *-redis | *-cached) redis-cli -p "$redis_port" flushall >/dev/null ;;
   esac
@@ -246,6 +253,7 @@ start_row() {
     funnel-redis)
       start_printing "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch --redis "$redis_url"
+      metrics=(--metrics "$http")
       ;;
     limitador-memory) start_limitador "$name" "$limits/limits.yaml" memory ;;
     limitador-redis) start_limitador "$name" "$limits/limits.yaml" redis "$redis_url" ;;
@@ -281,6 +289,11 @@ load() {
   result=$(timeout "$RUN_TIMEOUT" "$loadgen" run --target "$grpc" "$@" 2>&1) || true
   echo "$label $result" >>"$OUT/loadgen.txt"
   [[ "$result" == *calls=* ]] || fail "$label: funnel-loadgen failed or timed out: $result"
+  local timeouts
+  timeouts=$(field redis_timeouts)
+  if [ -n "$timeouts" ] && [ "$timeouts" != 0 ]; then
+    note "$label: $timeouts Redis round trips outlived funnel-server's --redis-timeout-ms"
+  fi
 }
 # A field of the load generator's line ("name=value").
 field() { tr ' ' '\n' <<<"$result" | awk -F= -v k="$1" '$1 == k {print $2; exit}'; }
@@ -299,7 +312,7 @@ for i in $(seq "$RUNS"); do
   for row in "${rows[@]}"; do
     start_row "$row" "$scratch/open" "$i"
     before=$(cpu_ticks "$server_pid")
-    load "$row#$i" --requests "$CALLS" --warmup "$WARMUP" --concurrency 64 --connections 4 --keys 10000
+    load "$row#$i" "${metrics[@]}" --requests "$CALLS" --warmup "$WARMUP" --concurrency 64 --connections 4 --keys 10000
     after=$(cpu_ticks "$server_pid")
     rss=$(rss_kib "$server_pid")
     stop "$server_pid"
@@ -374,7 +387,7 @@ if [ "$EXACT" = 1 ]; then
   for row in "${rows[@]}"; do
     [ "$row" = floor ] && continue
     start_row "$row" "$scratch/exact" exact
-    load "$row#exact" --requests "$exact_calls" --warmup 0 --concurrency 64 --connections 4 \
+    load "$row#exact" "${metrics[@]}" --requests "$exact_calls" --warmup 0 --concurrency 64 --connections 4 \
       --keys "$exact_keys"
     stop "$server_pid"
     ok=$(field ok)

@@ -137,7 +137,7 @@ EOF
   seconds: $4
   conditions: []
   variables:
-    - "descriptors[0]['client']"
+    - descriptors[0].client
 EOF
 }
 write_limits open 1000000 minute 60

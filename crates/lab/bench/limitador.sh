@@ -39,7 +39,7 @@
 # LIMITADOR_SERVER, else `limitador-server` on PATH. Build it with
 #     cargo install --git https://github.com/Kuadrant/limitador --locked limitador-server
 # (needs protoc and clang/libclang: apt-get install protobuf-compiler clang libclang-dev).
-# The binary this script was written against: limitador-server 2.4.0-dev, Kuadrant/limitador
+# The lab's binary is built as follows: limitador-server 2.4.0-dev, Kuadrant/limitador
 # commit 2981b2bd389d42cf668519f9aa981a53541c4278 (2026-05-07), default features (`memory`,
 # `disk` and `redis` storages, no `distributed_storage`), its own Cargo.lock (`--locked`) and
 # release profile (lto = true, codegen-units = 1), rustc 1.95.0, built from the repository's

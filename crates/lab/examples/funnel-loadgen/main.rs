@@ -279,6 +279,11 @@ async fn floor(grpc: SocketAddr) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // The lab's dependencies turn on tracing's `log` feature, which, while no subscriber is
+    // set, forwards every span of tonic and h2 to `log` on each call: work funnel-server (whose
+    // subscriber filters those spans out) does not do. A subscriber that takes nothing keeps
+    // the floor's transport the same as the server's. Fails only if one is already set.
+    let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
     let result = match Args::parse().cmd {
         Cmd::Floor { grpc } => floor(grpc).await,
         Cmd::Run(args) => run(args).await,

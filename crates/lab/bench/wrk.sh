@@ -24,51 +24,23 @@
 # there to show what a second policy costs; it is not compared with tower_governor, which has
 # one quota per layer.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
-DUR="${SECONDS_PER_ROW:-10}"
-ROUNDS="${ROUNDS:-3}"
-CONNS="${CONNECTIONS:-32}"
-THREADS="${WRK_THREADS:-1}"
-if ! command -v wrk >/dev/null 2>&1; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-fi
-command -v wrk >/dev/null 2>&1 || { echo "wrk is required and could not be installed" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+wrk_rounds
+need_wrk
 cargo build --release -q -p funnel-lab --example loadtest_proxy -p funnel-tower --example upstream
-bin="${CARGO_TARGET_DIR:-target}/release/examples"
+bin="$release/examples"
 lua=crates/lab/bench/percentiles.lua
-work=$(mktemp -d)
-trap 'kill ${upstream_pid:-} ${proxy_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# Starts a server whose first stderr line is "<name>: listening on <addr> ..." and prints the
-# address (port 0: the server picks a free port, no race with other programs).
-starts=0
-start() {
-  starts=$((starts + 1))
-  local log="$work/$1.$starts.log"; shift   # a fresh file: never the last server's address
-  "$@" 2>"$log" &
-  started_pid=$!
-  for _ in $(seq 100); do
-    addr=$(awk '/listening on/ {print $4; exit}' "$log")
-    [ -n "$addr" ] && return 0
-    sleep 0.05
-  done
-  echo "$1 did not start: $(cat "$log")" >&2; exit 1
-}
-start upstream "$bin/upstream" 127.0.0.1:0; upstream_pid=$started_pid; up=$addr
+start_listening upstream "$bin/upstream" 127.0.0.1:0; up=$addr
 
 row() {
   local name="$1"; shift
-  start proxy "$bin/loadtest_proxy" --listen 127.0.0.1:0 --upstream "http://$up" "$@"; proxy_pid=$started_pid
+  start_listening proxy "$bin/loadtest_proxy" --listen 127.0.0.1:0 --upstream "http://$up" "$@"
+  local proxy_pid=$started_pid
   local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" -s "$lua" "http://$addr/")
-  kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
+  kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true
   local rps p50 p99 p999 total non2xx
-  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="percentile" && $2=="50" {print $3}' <<<"$out")
-  p99=$(awk '$1=="percentile" && $2=="99" {print $3}' <<<"$out")
-  p999=$(awk '$1=="percentile" && $2=="99.9" {print $3}' <<<"$out")
-  total=$(awk '/requests in/ {print $1}' <<<"$out")
-  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out"); non2xx=${non2xx:-0}
+  wrk_figures "$out"
   local share; share=$(awk -v n="$non2xx" -v t="$total" 'BEGIN { printf "%.1f", t ? 100 * n / t : 0 }')
   printf '%-44s %11s %9s %9s %9s %7s%%\n' "$name" "$rps" "$p50" "$p99" "$p999" "$share"
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rps" "$p50" "$p99" "$p999" "$share" >>"$work/results"
@@ -105,7 +77,6 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
 done
 
-median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 best() { sort -g | tail -1; }
 col() { awk -F'\t' -v n="$1" -v c="$2" '$1==n {print $c}' "$work/results" | median; }
 top() { awk -F'\t' -v n="$1" '$1==n {print $2}' "$work/results" | best; }
@@ -114,7 +85,7 @@ declare -A max
 printf '\n### Medians over %d rounds\n\n' "$ROUNDS"
 printf '`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/lab/bench/wrk.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
 printf 'wrk -t%s -c%s -d%ss (percentiles from bench/percentiles.lua), one client address; %s; %s CPUs (wrk, proxy and upstream share them); %s\n\n' \
-  "$THREADS" "$CONNS" "$DUR" "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown CPU)" "$(nproc)" "$(date -u +%Y-%m-%d)"
+  "$THREADS" "$CONNS" "$DUR" "$(cpu_model)" "$(nproc)" "$(date -u +%Y-%m-%d)"
 printf '| row | requests/s, median | best round | p50 (µs) | p99 (µs) | p99.9 (µs) | non-2xx |\n|---|---|---|---|---|---|---|\n'
 for name in "${names[@]}"; do
   rps[$name]=$(col "$name" 2)

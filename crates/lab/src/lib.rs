@@ -8,11 +8,23 @@
 //! * `growth_latency`: the latency of decisions while a growable table grows;
 //! * `build_time`: how long a fixed table takes to build, on huge and small pages;
 //! * `attack`: funnel-redis's deny cache under an abusive mix (starts its own `redis-server`);
+//! * `minimal_loop`: the one-thread loop a new user writes, funnel and governor against the
+//!   bare lookup of funnel's bucket layout;
 //! * `funnel-loadgen`: gRPC load for funnel-server's `ShouldRateLimit` (p50/p99/p99.9) and the
-//!   no-decision floor, which `crates/funnel-server/bench/run.sh` runs;
+//!   no-decision floor, which `bench/server.sh` runs;
 //! * `loadtest_proxy`: funnel-tower's example proxy with a no-limit baseline and
 //!   tower_governor modes, which `bench/wrk.sh` puts under wrk in front of funnel-tower's
 //!   example upstream.
 //!
 //! Each example's documentation gives its command, e.g.
 //! `cargo run --release -p funnel-lab --example floors -- cas`.
+//!
+//! The shell drivers under `bench/` start real servers and proxies on loopback and put them
+//! under load, sharing what they start and stop through `bench/lib.sh`:
+//!
+//! * `server.sh`: funnel-server in process against the no-decision floor, on Redis with and
+//!   without the deny cache, and across Redis timeouts (rules in `bench/rules/`);
+//! * `proxies.sh`: the forward-auth hop in nginx and Caddy, against their own limit and none;
+//! * `wrk.sh`: funnel-tower's layer against tower_governor in one proxy;
+//! * `soak.sh`: funnel-tower's example proxy under ten million churning keys, checked for
+//!   memory growth, errors and a probe key's decisions (CI runs it briefly).

@@ -5,48 +5,32 @@
 # crates/funnel-server/deploy/, only their addresses changed), the limit set high so that every
 # request is allowed: the rows differ only by the limit's hop.
 #
-#   bash crates/funnel-server/bench/proxies.sh
-#   ROUNDS=1 SECONDS_PER_ROW=3 bash crates/funnel-server/bench/proxies.sh   # a quick look
+#   bash crates/lab/bench/proxies.sh
+#   ROUNDS=1 SECONDS_PER_ROW=3 bash crates/lab/bench/proxies.sh   # a quick look
 #
 # Each round runs every row once, in a rotated order; the summary prints each row's median over
 # the rounds as a Markdown table. nginx runs one worker; wrk, the proxy, funnel-server and the
 # upstream share the machine's CPUs. Needs nginx, caddy and wrk (apt-get install nginx caddy
 # wrk). Everything listens on 127.0.0.1; everything started is stopped on exit.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
-DUR="${SECONDS_PER_ROW:-10}"
-ROUNDS="${ROUNDS:-3}"
-CONNS="${CONNECTIONS:-32}"
-THREADS="${WRK_THREADS:-1}"
+. "$(dirname "$0")/lib.sh"
+wrk_rounds
 for tool in nginx caddy wrk; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "$tool is required (apt-get install nginx caddy wrk)" >&2; exit 1; }
+  command -v "$tool" >/dev/null 2>&1 || fail "$tool is required (apt-get install nginx caddy wrk)"
 done
 cargo build --release -q -p funnel-server --bin funnel-server -p funnel-tower --example upstream
-target="${CARGO_TARGET_DIR:-target}/release"
 deploy=crates/funnel-server/deploy
 lua=crates/lab/bench/percentiles.lua
-work=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
-  echo "nothing listens on port $1" >&2; exit 1
-}
-
-"$target/examples/upstream" 127.0.0.1:0 2>"$work/upstream.log" & pids+=($!)
-for _ in $(seq 100); do up=$(awk '/listening on/ {print $4; exit}' "$work/upstream.log"); [ -n "$up" ] && break; sleep 0.05; done
-[ -n "$up" ] || { echo "the upstream did not start" >&2; exit 1; }
+start_listening upstream "$release/examples/upstream" 127.0.0.1:0; up=$addr
 
 # funnel-server: the deploy files, the limit raised so that every request is allowed.
 mkdir -p "$work/rules"
 sed 's/requests_per_unit: 5/requests_per_unit: 100000000/; s/unit: minute/unit: second/' \
   "$deploy/rules/web.yaml" >"$work/rules/web.yaml"
-"$target/funnel-server" --config "$work/rules" --forward-auth "$deploy/forward-auth.yaml" \
-  --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch >"$work/funnel.out" 2>"$work/funnel.log" & pids+=($!)
-for _ in $(seq 200); do funnel=$(grep -o 'http=[0-9.:]*' "$work/funnel.out" | cut -d= -f2 || true); [ -n "$funnel" ] && break; sleep 0.05; done
-[ -n "$funnel" ] || { echo "funnel-server did not start: $(cat "$work/funnel.log")" >&2; exit 1; }
+start_service funnel "$release/funnel-server" --config "$work/rules" --forward-auth "$deploy/forward-auth.yaml" \
+  --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch
+funnel=$http
 
 user=""; [ "$(id -u)" = 0 ] && user="user root;"
 # nginx with one server block (the file $1), in the foreground, its files in $work/nginx-$2.
@@ -68,13 +52,14 @@ http {
   include $dir/site.conf;
 }
 CONF
-  nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" & proxy_pid=$!
+  spawn nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log"; proxy_pid=$started_pid
 }
 start_caddy() {
   mkdir -p "$work/caddy-$2"
   cp "$1" "$work/caddy-$2/Caddyfile"
-  HOME="$work/caddy-$2" XDG_DATA_HOME="$work/caddy-$2" XDG_CONFIG_HOME="$work/caddy-$2" \
-    caddy run --adapter caddyfile --config "$work/caddy-$2/Caddyfile" 2>"$work/caddy-$2/log" & proxy_pid=$!
+  spawn env HOME="$work/caddy-$2" XDG_DATA_HOME="$work/caddy-$2" XDG_CONFIG_HOME="$work/caddy-$2" \
+    caddy run --adapter caddyfile --config "$work/caddy-$2/Caddyfile" 2>"$work/caddy-$2/log"
+  proxy_pid=$started_pid
 }
 
 port=$(free_port)
@@ -109,12 +94,8 @@ row() {
   kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true
   # The port free again before the next row binds it.
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break; sleep 0.05; done
-  local rps p50 p99 total non2xx
-  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="percentile" && $2=="50" {print $3}' <<<"$out")
-  p99=$(awk '$1=="percentile" && $2=="99" {print $3}' <<<"$out")
-  total=$(awk '/requests in/ {print $1}' <<<"$out")
-  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out"); non2xx=${non2xx:-0}
+  local rps p50 p99 p999 total non2xx
+  wrk_figures "$out"
   printf '%-32s %11s %9s %9s %8s/%s\n' "$name" "$rps" "$p50" "$p99" "$non2xx" "$total"
   printf '%s\t%s\t%s\t%s\n' "$name" "$rps" "$p50" "$p99" >>"$work/results"
 }
@@ -132,12 +113,11 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
 done
 
-median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 col() { awk -F'\t' -v n="$1" -v c="$2" '$1==n {print $c}' "$work/results" | median; }
-printf '\n`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/funnel-server/bench/proxies.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
+printf '\n`ROUNDS=%s SECONDS_PER_ROW=%s CONNECTIONS=%s WRK_THREADS=%s bash crates/lab/bench/proxies.sh`  \n' "$ROUNDS" "$DUR" "$CONNS" "$THREADS"
 printf 'wrk -t%s -c%s -d%ss, one client address, medians over %s rounds; nginx %s (1 worker), Caddy %s; %s; %s CPUs shared by wrk, the proxy, funnel-server and the upstream; %s\n\n' \
   "$THREADS" "$CONNS" "$DUR" "$ROUNDS" "$(nginx -v 2>&1 | sed 's/.*nginx\///')" "$(caddy version | cut -d' ' -f1)" \
-  "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown CPU)" "$(nproc)" "$(date -u +%Y-%m-%d)"
+  "$(cpu_model)" "$(nproc)" "$(date -u +%Y-%m-%d)"
 printf '| row | requests/s | p50 (µs) | p99 (µs) | p50 added (µs) | p99 added (µs) |\n|---|--:|--:|--:|--:|--:|\n'
 for name in "${names[@]}"; do
   base="nginx, no limit"; [[ $name == Caddy* ]] && base="Caddy, no limit"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Soak: the example proxy, in front of the example upstream on loopback, under wrk for a set
-# time, keyed by an `x-api-key` header that churns through ten million values (soak.lua), with
-# a probe key sent alongside at a known rhythm. Checks at the end, and fails loudly otherwise:
+# Soak: funnel-tower's example proxy, in front of its example upstream on loopback, under wrk
+# for a set time, keyed by an `x-api-key` header that churns through ten million values
+# (soak.lua), with a probe key sent alongside at a known rhythm. Checks at the end, and fails loudly otherwise:
 #
 #   * the proxy's resident memory after the warm-up grew by at most 1 MiB (sampled every
 #     5 s; the largest sample after the warm-up against the one at its end);
@@ -16,8 +16,8 @@
 #     the script checks that margin too. A key that lost its debt (evicted, forgiven) or took
 #     on another key's (a collision with the churn) would show as a mismatch.
 #
-#   bash crates/funnel-tower/bench/soak.sh                      # 10 minutes
-#   SOAK_SECONDS=30 bash crates/funnel-tower/bench/soak.sh      # as CI runs it
+#   bash crates/lab/bench/soak.sh                      # 10 minutes
+#   SOAK_SECONDS=30 bash crates/lab/bench/soak.sh      # as CI runs it
 #
 #   SOAK_SECONDS     load duration (default 600)
 #   WARMUP_SECONDS   memory baseline taken this long after the load starts (default: a third
@@ -27,7 +27,7 @@
 #
 # wrk comes from Debian; the script installs it when missing (apt-get, as root or via sudo).
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+. "$(dirname "$0")/lib.sh"
 SOAK_SECONDS="${SOAK_SECONDS:-600}"
 WARMUP_SECONDS="${WARMUP_SECONDS:-$((SOAK_SECONDS / 3 < 60 ? SOAK_SECONDS / 3 : 60))}"
 CONNS="${CONNECTIONS:-32}"
@@ -38,39 +38,17 @@ INTERVAL_NS=500000000 # the quota's emission interval: 1 s / 2
 MARGIN_NS=100000000
 MAX_GROWTH_KB=1024
 
-fail() { echo "soak: FAIL: $*" >&2; exit 1; }
 [ "$SOAK_SECONDS" -ge 10 ] || fail "SOAK_SECONDS must be at least 10"
 [ "$WARMUP_SECONDS" -lt "$((SOAK_SECONDS - 5))" ] || fail "WARMUP_SECONDS must end 5 s before the load does"
 
-if ! command -v wrk >/dev/null 2>&1; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null ||
-    true
-fi
-command -v wrk >/dev/null 2>&1 || fail "wrk is required and could not be installed (apt-get install wrk)"
+need_wrk
 
 cargo build --release -q -p funnel-tower --example proxy --example upstream
-bin="${CARGO_TARGET_DIR:-target}/release/examples"
 rm -rf "$OUT"; mkdir -p "$OUT"
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+logs=$OUT
 
-# Starts a server whose first stderr line is "<name>: listening on <addr> ..." (port 0: no
-# race for a port) and sets $addr and $started_pid.
-start() {
-  local log="$OUT/$1.log"; shift
-  "$@" 2>"$log" &
-  started_pid=$!
-  pids+=("$started_pid")
-  for _ in $(seq 200); do
-    addr=$(awk '/listening on/ {print $4; exit}' "$log")
-    [ -n "$addr" ] && return 0
-    sleep 0.05
-  done
-  fail "$1 did not start: $(cat "$log")"
-}
-start upstream "$bin/upstream" 127.0.0.1:0; up=$addr
-start proxy "$bin/proxy" --listen 127.0.0.1:0 --upstream "http://$up" --limit "$LIMIT"
+start_listening upstream "$release/examples/upstream" 127.0.0.1:0; up=$addr
+start_listening proxy "$release/examples/proxy" --listen 127.0.0.1:0 --upstream "http://$up" --limit "$LIMIT"
 proxy=$addr proxy_pid=$started_pid
 host=${proxy%:*} port=${proxy##*:}
 
@@ -114,9 +92,9 @@ sample() {
 echo "soak: proxy $proxy (pid $proxy_pid) -> upstream $up, --limit \"$LIMIT\", ${SOAK_SECONDS}s," \
   "wrk -t$THREADS -c$CONNS, warm-up ${WARMUP_SECONDS}s"
 echo "soak: resident memory at start: $(rss_kb) kB"
-probe >"$OUT/probe.txt" & probe_pid=$!; pids+=("$probe_pid")
-sample >"$OUT/rss.txt" & sample_pid=$!; pids+=("$sample_pid")
-wrk -t"$THREADS" -c"$CONNS" -d"${SOAK_SECONDS}s" -s crates/funnel-tower/bench/soak.lua \
+spawn probe >"$OUT/probe.txt"; probe_pid=$started_pid
+spawn sample >"$OUT/rss.txt"; sample_pid=$started_pid
+wrk -t"$THREADS" -c"$CONNS" -d"${SOAK_SECONDS}s" -s crates/lab/bench/soak.lua \
   "http://$proxy/" -- "$THREADS" >"$OUT/wrk.txt" 2>&1 || fail "wrk failed: $(cat "$OUT/wrk.txt")"
 end_rss=$(rss_kb)
 wait "$probe_pid" || true
@@ -168,7 +146,7 @@ if [ "$(wc -l <"$OUT/proxy.log")" -gt 1 ]; then
 fi
 
 cat >"$OUT/summary.md" <<MD
-\`SOAK_SECONDS=$SOAK_SECONDS bash crates/funnel-tower/bench/soak.sh\` (wrk -t$THREADS -c$CONNS, warm-up ${WARMUP_SECONDS} s), $(nproc) CPUs ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), $(date -u +%Y-%m-%d):
+\`SOAK_SECONDS=$SOAK_SECONDS bash crates/lab/bench/soak.sh\` (wrk -t$THREADS -c$CONNS, warm-up ${WARMUP_SECONDS} s), $(nproc) CPUs ($(cpu_model)), $(date -u +%Y-%m-%d):
 
 | figure | value |
 |---|---|

@@ -6,9 +6,14 @@
 //! funnel's protocol, at both sizes. The variants alternate; each run is timed on the wall
 //! clock, so the figures mean something on an idle machine only.
 //!
+//! Built in one codegen unit, as the comparison harness is, so that which variant's code
+//! lands in which unit does not move with the others:
+//!
 //! ```sh
-//! cargo run --release -p funnel-compare --example minimal_loop -- allow 21
-//! cargo run --release -p funnel-compare --example minimal_loop -- deny 21
+//! cargo run --release -p funnel-lab --config 'profile.release.package.funnel-lab.codegen-units=1' \
+//!     --example minimal_loop -- allow 21
+//! cargo run --release -p funnel-lab --config 'profile.release.package.funnel-lab.codegen-units=1' \
+//!     --example minimal_loop -- deny 21
 //! ```
 //!
 //! The floor answers how far funnel's own code is from what its tag match costs on the

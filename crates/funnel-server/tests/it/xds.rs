@@ -6,8 +6,6 @@
 //! variables of envoyproxy/ratelimit start it; the health waits for a configuration when
 //! asked to.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -16,14 +14,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+use crate::common::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
-use common::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use common::proto::ratelimit::config::ratelimit::v3::{
+use crate::common::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use crate::common::proto::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
-use common::*;
+use crate::common::*;
 /// The type of the resources served (envoyproxy/ratelimit's `RateLimitConfig`).
 const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 use prost::Message;

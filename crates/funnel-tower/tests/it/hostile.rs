@@ -7,12 +7,10 @@
 //! Loopback has a whole /8: the tests connect from 127.0.0.1 (a client), 127.0.0.2 (the one
 //! trusted proxy, `--trust 127.0.0.2`) and 127.0.0.3 (another client).
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::proxy::{start_proxy, upstream, Proxy};
+use crate::common::proxy::{start_proxy, upstream, Proxy};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Sends `head` (and nothing else) from the loopback address `from` on a fresh connection and

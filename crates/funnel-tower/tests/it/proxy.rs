@@ -7,16 +7,14 @@
 //! The upstream is a hyper server in this test process that counts the requests reaching it,
 //! so the tests see what the proxy forwarded, not only what it answered.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use common::proxy::{hits, proxy_binary, start_proxy, upstream, Proxy};
-use common::{client_from, draft_fields, member, request, send, Reply};
+use crate::common::proxy::{hits, proxy_binary, start_proxy, upstream, Proxy};
+use crate::common::{client_from, draft_fields, member, request, send, Reply};
 use http::StatusCode;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

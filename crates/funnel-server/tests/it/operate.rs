@@ -2,13 +2,11 @@
 //! service, live reload (under load, debt kept, a broken file rejected), a configuration error
 //! refusing the start, SIGTERM.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn config(client_per_minute: u32, name: &str) -> String {
     format!(

@@ -1,10 +1,8 @@
 //! Replies and settings that are errors of their own type, never a policy's guess.
 
-mod common;
-
 use std::time::Duration;
 
-use common::limiter;
+use crate::common::limiter;
 use funnel::Quota;
 use funnel_redis::{Backend, Error, OnFailure, RedisLimiter, Source};
 use funnel_testkit::redis_server::{inspect, server};

@@ -1,11 +1,9 @@
 //! Replacing a layer's policy set while requests flow (`RateLimitLayer::reconfigure`), over a
 //! real server and client, with a frozen manual clock so admissions are exact.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{client_from, draft_fields, get, member, request, send, serve};
+use crate::common::{client_from, draft_fields, get, member, request, send, serve};
 use funnel::clock::ManualClock;
 use funnel::Quota;
 use funnel_tower::{Builder, KeyBy, RateLimitLayer};

@@ -3,9 +3,7 @@
 //! on a three-master cluster, where a denied request charges none of its descriptors; one
 //! through Redis Sentinel, and one on a server that requires a password.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use funnel_testkit::redis_server::{
     cluster, sentinel, server, server_with, tls_server, RedisSentinel,
 };

@@ -1,9 +1,7 @@
 //! The server binary, started as a process, called over loopback with a gRPC client: what a
 //! request is answered, descriptor by descriptor.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tonic::Code;
 
 const CONFIG: &str = r#"

@@ -1,12 +1,10 @@
 //! The layer in a real hyper server on loopback, driven by a real HTTP client; the draft's
 //! fields read by a structured-field parser (`common::sf_list`).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     client_from, draft_fields, get, get_from, member, request, send, serve, serve_with, Reply,
 };
 use funnel::clock::ManualClock;

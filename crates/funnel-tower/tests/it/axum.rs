@@ -1,13 +1,11 @@
 //! The layer on an axum router served by `axum::serve` with connect info. The first test runs
 //! the README's snippet, and the last checks that the crate's README shows exactly that code.
 
-mod common;
-
 use std::net::SocketAddr;
 
 use axum::routing::get;
 use axum::Router;
-use common::{draft_fields, get_from, member};
+use crate::common::{draft_fields, get_from, member};
 use funnel::Quota;
 use funnel_tower::{KeyBy, RateLimitLayer};
 use http::StatusCode;
@@ -140,7 +138,7 @@ fn the_readme_shows_exactly_the_code_the_first_test_runs() {
     let end = this.find("    // README snippet: end").unwrap();
     let tested = without_layout(&this[begin..end]);
     assert_eq!(
-        without_layout(&readme_snippet(include_str!("../README.md"))),
+        without_layout(&readme_snippet(include_str!("../../README.md"))),
         tested,
         "crates/funnel-tower/README.md's axum snippet is not the code tests/axum.rs runs (layout aside)"
     );

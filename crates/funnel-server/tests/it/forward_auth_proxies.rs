@@ -6,8 +6,6 @@
 //! The clients connect from their own loopback addresses (127.0.0.2, 127.0.0.3, ...), so that
 //! each proxy sees distinct clients; every program listens on 127.0.0.1.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -17,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{scratch, Server};
+use crate::common::{scratch, Server};
 use funnel_testkit::skip;
 
 /// The limit of `deploy/rules/web.yaml`: per client, per minute, all at once.

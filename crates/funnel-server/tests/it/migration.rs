@@ -5,13 +5,11 @@
 //! seconds until reset change with the clock: they are checked to lie within the unit and
 //! compared as a placeholder.
 
-mod common;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 
-const GUIDE: &str = include_str!("../MIGRATING.md");
+const GUIDE: &str = include_str!("../../MIGRATING.md");
 
 /// The fenced blocks whose info string starts with `info`: (the rest of the info string, the
 /// text).

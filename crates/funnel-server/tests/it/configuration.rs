@@ -1,9 +1,7 @@
 //! envoyproxy/ratelimit's configuration features, end to end: the binary started on a
 //! configuration that uses them, called over gRPC as Envoy calls it.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const SHARED: &str = "domain: cfg
 descriptors:

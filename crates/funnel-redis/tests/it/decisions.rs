@@ -2,14 +2,12 @@
 //! server's own times) and against the reference model (at injected times, with the stored
 //! arrival time compared too), exactness across a fleet, and `check_many`.
 
-mod common;
-
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{limiter, GENEROUS};
+use crate::common::{limiter, GENEROUS};
 use funnel::{Limiter, Quota, Timestamp};
 use funnel_redis::{RedisLimiter, Source};
 use funnel_testkit::model::{Model, ModelQuota};

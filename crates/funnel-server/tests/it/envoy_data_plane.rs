@@ -3,11 +3,9 @@
 //! `.ci/run` installs both; without them this test is skipped and says how to install them
 //! (`FUNNEL_REQUIRE_TOOLS=1` makes that a failure).
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn envoy_data_plane_client_gets_the_documented_answers() {

@@ -5,11 +5,9 @@
 //! the first, and a client that has nothing to send delays its acknowledgement by its
 //! delayed-ACK timer (40 ms at least on Linux): the second call stalls that long.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Below the shortest delayed-ACK timer, with room for a loaded machine.
 const STALL: Duration = Duration::from_millis(35);

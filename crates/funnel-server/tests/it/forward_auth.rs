@@ -2,14 +2,12 @@
 //! client's address behind a trusted peer (IPv6 by /64), the denial's status and headers,
 //! shadow mode, refusals, hostile input, and the Traefik files' fields.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use common::{scratch, write_config, Server};
+use crate::common::{scratch, write_config, Server};
 
 /// A raw HTTP/1.1 exchange with `Connection: close`: `head_lines` are written as given (any
 /// bytes). Returns the status and the response head in lower case.

@@ -3,14 +3,12 @@
 //! answering over gRPC and /json, with its debug listener and its statsd statistics; a
 //! variable it cannot honour refuses the start by name; a flag wins over its variable.
 
-mod common;
-
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Files in the config directory, as envoyproxy/ratelimit's example lays them out: a domain
 /// per file, one with a nested rule.

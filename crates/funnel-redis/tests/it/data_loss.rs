@@ -3,11 +3,9 @@
 //! lost; the limiter sees it by itself (the data-set marker, the server's identity), empties
 //! its deny cache, counts it, and Redis decides those keys again, from empty funnels.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::GENEROUS;
+use crate::common::GENEROUS;
 use funnel::Quota;
 use funnel_redis::{RedisLimiter, Source};
 use funnel_testkit::redis_server::{info_field_on, inspect, server, server_with, RedisServer};

@@ -2,12 +2,10 @@
 //! HELP and TYPE, the values the calls made), and statsd lines with envoyproxy/ratelimit's
 //! names received on a UDP socket of the test's.
 
-mod common;
-
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const CONFIG: &str = "domain: shop
 descriptors:

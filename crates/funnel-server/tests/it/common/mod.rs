@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 
 /// The Envoy messages and the tonic client, from the code the build script generated for the
 /// library (the library keeps them to itself).
-#[path = "../../src/proto.rs"]
+#[path = "../../../src/proto.rs"]
 pub mod proto;
 
 /// A running server, killed when dropped.

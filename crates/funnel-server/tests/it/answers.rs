@@ -3,9 +3,7 @@
 //! switches `--shadow-mode`, `--quota-mode`, `--response-dynamic-metadata`,
 //! `--limit-response-headers` (with its header names) and `--charge-denied`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use prost_types::value::Kind;
 
 const CONFIG: &str = r#"

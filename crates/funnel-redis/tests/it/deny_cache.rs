@@ -2,11 +2,9 @@
 //! would allow, differs from Redis after a reset elsewhere until invalidated, and the round
 //! trips it saves are counted exactly.
 
-mod common;
-
 use std::time::Duration;
 
-use common::GENEROUS;
+use crate::common::GENEROUS;
 use funnel::{Quota, Timestamp};
 use funnel_redis::{RedisLimiter, Source};
 use funnel_testkit::redis_server::{inspect, server, server_with, RedisServer};

@@ -5,8 +5,7 @@
 //! Each failure policy does what it says, nothing waits past the timeout by more than
 //! `MARGIN`, and Redis decides, and counts, again once it is back.
 //!
-//! The tests of this file run one at a time (`SERIAL`), so that the timing bound measures the
-//! limiter rather than the other tests.
+//! Each test holds [`SERIAL`]: its timing bounds measure the limiter, not other tests.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -14,17 +13,16 @@ use std::time::{Duration, Instant};
 use funnel::Quota;
 use funnel_redis::{Checked, Error, Failure, OnFailure, RedisLimiter, Source};
 use funnel_testkit::redis_server::{info_field_on, inspect, server, server_with};
+
+use crate::SERIAL;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::Mutex;
 
 /// The limiters' timeout in this file.
 const TIMEOUT: Duration = Duration::from_millis(50);
 /// How far past the timeout an answer may come: a timer tick, a scheduling delay on a shared
 /// 2-core machine, and the policy's own work.
 const MARGIN: Duration = Duration::from_millis(50);
-
-static SERIAL: Mutex<()> = Mutex::const_new(());
 
 const POLICIES: [OnFailure; 4] = [
     OnFailure::Open,

@@ -3,5 +3,11 @@
 //! tests bound how long an answer takes, so they run one at a time, with no other test in
 //! the process.
 
+use tokio::sync::Mutex;
+
 mod faults;
 mod pending;
+
+/// Held by every test of this binary for its whole run: one test at a time, so that a timing
+/// bound measures the limiter rather than another test.
+static SERIAL: Mutex<()> = Mutex::const_new(());

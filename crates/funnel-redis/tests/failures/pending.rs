@@ -5,8 +5,7 @@
 //! timeout are charged and counted (`late_replies`, `late_charges`), so that every charge in
 //! Redis is accounted for.
 //!
-//! The tests of this file run one at a time (`SERIAL`): their timing bounds measure the
-//! limiter, not the other tests.
+//! Each test holds [`SERIAL`]: its timing bounds measure the limiter, not other tests.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +13,8 @@ use std::time::{Duration, Instant};
 use funnel::Quota;
 use funnel_redis::{Failure, OnFailure, RedisLimiter, Source};
 use funnel_testkit::redis_server::{server, server_with, RedisServer};
-use tokio::sync::Mutex;
+
+use crate::SERIAL;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 /// How far past the timeout an answer may come on a shared 2-core machine.
@@ -22,8 +22,6 @@ const MARGIN: Duration = Duration::from_millis(50);
 /// The limit of the keys here: more than any test charges, so every request Redis runs is
 /// admitted, and charged.
 const LIMIT: u64 = 10_000;
-
-static SERIAL: Mutex<()> = Mutex::const_new(());
 
 fn quota() -> Quota {
     Quota::per_hour(1).unwrap().with_limit(LIMIT).unwrap()

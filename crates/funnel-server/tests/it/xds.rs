@@ -6,10 +6,9 @@
 //! variables of envoyproxy/ratelimit start it; the health waits for a configuration when
 //! asked to.
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -211,14 +210,8 @@ fn background() -> RateLimitConfig {
 /// Starts the binary with `args` and `env` (and nothing of the test's own environment that
 /// would choose a configuration), waiting for its listening line.
 fn start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
-    let dir = scratch("xds");
-    let stderr = dir.join("stderr");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_funnel-server"));
-    cmd.args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .args(args)
-        .env("RUST_LOG", "info,funnel_server::xds=debug")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap());
+    let mut cmd = Server::command(None, args);
+    cmd.env("RUST_LOG", "info,funnel_server::xds=debug");
     for (k, _) in std::env::vars() {
         if k.starts_with("CONFIG_") || k.starts_with("XDS_") || k.ends_with("_INITIAL_CONFIG") {
             cmd.env_remove(k);
@@ -226,33 +219,7 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
     }
     cmd.env_remove("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED");
     cmd.envs(env.iter().copied());
-    let mut child = cmd.spawn().expect("the funnel-server binary starts");
-    let mut line = String::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    if out.read_line(&mut line).unwrap_or(0) == 0 {
-        let status = child.wait().unwrap();
-        return Err(format!(
-            "funnel-server exited ({status}): {}",
-            std::fs::read_to_string(&stderr).unwrap_or_default()
-        ));
-    }
-    std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = out.read_to_end(&mut sink);
-    });
-    let field = |name: &str| -> SocketAddr {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(name))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-    };
-    Ok(Server {
-        grpc: field("grpc="),
-        http: field("http="),
-        child,
-        stderr,
-        line,
-    })
+    Server::launch(cmd, scratch("xds").join("stderr"))
 }
 
 /// Waits (at most 20 s) until `calls` reaches `n`.

@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 
+use crate::common::{draft_fields, get_from, member};
 use axum::routing::get;
 use axum::Router;
-use crate::common::{draft_fields, get_from, member};
 use funnel::Quota;
 use funnel_tower::{KeyBy, RateLimitLayer};
 use http::StatusCode;

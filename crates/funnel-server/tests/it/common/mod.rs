@@ -63,14 +63,22 @@ impl Server {
     /// As [`start`](Self::start); `Err` with the server's stderr when it exits instead.
     pub fn try_start(config: &Path, extra: &[&str]) -> Result<Server, String> {
         let stderr = config.with_extension(format!("stderr-{}", unique()));
+        Server::launch(Server::command(Some(config), extra), stderr)
+    }
+
+    /// The binary on free loopback ports with `extra` arguments, logging at `info`, reading
+    /// `config` when given; without one, `extra` or the environment names the source (xDS,
+    /// envoyproxy/ratelimit's variables). Not started: [`launch`](Self::launch) starts it.
+    pub fn command(config: Option<&Path>, extra: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_funnel-server"));
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
         command
-            .arg("--config")
-            .arg(config)
             .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(extra)
             .env("RUST_LOG", "info");
-        Server::launch(command, stderr)
+        command
     }
 
     /// Starts `command` (the binary, arguments and environment set by the caller), its stderr

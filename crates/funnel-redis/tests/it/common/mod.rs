@@ -1,8 +1,5 @@
 //! A funnel-redis limiter for the tests that are not about timeouts or failure policies.
 
-// Each test binary includes this module and uses part of it.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use funnel::Quota;

@@ -1,8 +1,6 @@
 //! What the server tests share: the `funnel-server` binary started as a process on free
 //! loopback ports, a tonic client, requests built in one line, a plain HTTP/1.1 client.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -2,9 +2,6 @@
 //! process ([`proxy`]), a real HTTP client that can send from any 127.0.0.0/8 address, and the draft's header fields read with an RFC 8941 /
 //! RFC 9651 structured-field parser (`sfv`), not by hand.
 
-// Each test binary includes this module and uses part of it.
-#![allow(dead_code)]
-
 pub mod proxy;
 
 use std::convert::Infallible;

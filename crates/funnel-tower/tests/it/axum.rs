@@ -140,6 +140,6 @@ fn the_readme_shows_exactly_the_code_the_first_test_runs() {
     assert_eq!(
         without_layout(&readme_snippet(include_str!("../../README.md"))),
         tested,
-        "crates/funnel-tower/README.md's axum snippet is not the code tests/axum.rs runs (layout aside)"
+        "crates/funnel-tower/README.md's axum snippet is not the code tests/it/axum.rs runs (layout aside)"
     );
 }

@@ -3,7 +3,7 @@
 //!
 //! The binary is the one cargo builds from `examples/proxy/` (`cargo test` builds the
 //! examples before it runs the tests). When it is missing or older than the crate's sources,
-//! as after `cargo test --test proxy`, it is built with cargo, into the same target directory
+//! as after `cargo test --test it proxy::`, it is built with cargo, into the same target directory
 //! and profile. The proxy stays an example, so hyper and tokio stay dev-dependencies; the
 //! library pulls none of them.
 

@@ -4,7 +4,7 @@
 # The tests and the comparison harness look for it there (or where FUNNEL_REDIS_CELL points):
 #
 #   bash .ci/redis-cell.sh                       # build once; later runs only print the path
-#   FUNNEL_REDIS_CELL=$(bash .ci/redis-cell.sh) cargo test --release -p funnel-redis --test cell
+#   FUNNEL_REDIS_CELL=$(bash .ci/redis-cell.sh) cargo test --release -p funnel-redis --test it cell::
 #
 # Cached: nothing is rebuilt while the library is there and was built from the same tarball
 # (a stamp holds the tarball's checksum). The build's own output goes to stderr, so stdout is

@@ -1,6 +1,6 @@
 //! cargo-fuzz target `redis_reply`: the body is `funnel_redis::fuzzing::reply`
 //! (`crates/funnel-redis/src/fuzzing.rs`, cargo feature `fuzzing`), shared with the stable
-//! replay test `crates/funnel-redis/tests/fuzz_replay.rs`.
+//! replay test `crates/funnel-redis/tests/it/fuzz_bodies.rs`.
 
 #![no_main]
 

@@ -1,7 +1,7 @@
 //! The fuzz body of the `redis_reply` target (cargo feature `fuzzing`): everything this crate
 //! reads from Redis, fed whatever a server, or anything answering in its place, could send.
 //! The cargo-fuzz target (`fuzz/fuzz_targets/redis_reply.rs`) and a stable test
-//! (`tests/fuzz_replay.rs`, replaying the committed corpus) call [`reply()`](fn@reply).
+//! (`tests/it/fuzz_bodies.rs`, replaying the committed corpus) call [`reply()`](fn@reply).
 //!
 //! The input picks a request (a quota, a size `n`, the backend: a fixed header, so that seeds
 //! can be written by hand) and a reply: either bytes read

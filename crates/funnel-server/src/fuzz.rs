@@ -1,5 +1,5 @@
 //! The fuzz bodies (feature `fuzzing`, not an API): cargo-fuzz targets in
-//! `fuzz/fuzz_targets/server_*.rs` call them, and `tests/fuzz_replay.rs` runs them on stable
+//! `fuzz/fuzz_targets/server_*.rs` call them, and `tests/it/fuzz_bodies.rs` runs them on stable
 //! over the committed corpora.
 //!
 //! * [`config`]: any text as a configuration file: parsed without panicking; an accepted one

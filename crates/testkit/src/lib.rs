@@ -21,7 +21,7 @@
 //! * `workload` (feature `bench`): the criterion benches' quotas, key streams and threads.
 //!
 //! Not published; not part of the library. It depends on no crate it tests but funnel itself:
-//! funnel-tower's and funnel-redis's own test support lives in their `tests/common`.
+//! funnel-tower's and funnel-redis's own test support lives in their `tests/it/common`.
 
 pub mod alloc;
 pub mod corpus;

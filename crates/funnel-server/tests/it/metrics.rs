@@ -1,0 +1,168 @@
+//! Statistics: the Prometheus exposition read back by a standard parser (every family with
+//! HELP and TYPE, the values the calls made), and statsd lines with envoyproxy/ratelimit's
+//! names received on a UDP socket of the test's.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const CONFIG: &str = "domain: shop
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /cart
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: hour, requests_per_unit: 1}
+";
+
+#[tokio::test]
+async fn the_exposition_parses_with_help_and_type_on_every_family() {
+    let dir = scratch("metrics");
+    let s = Server::start(&write_config(&dir, "shop.yaml", CONFIG), &["--no-watch"]);
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        call(&mut c, req("shop", vec![desc(&[("client", "ann")])])).await;
+    }
+    let (code, text) = s.get("/metrics");
+    assert_eq!(code, 200);
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("parses");
+    // Every family has HELP, and every sample belongs to a family with TYPE.
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for family in &typed {
+        assert!(
+            scrape.docs.contains_key(*family),
+            "{family} has no HELP in\n{text}"
+        );
+    }
+    for sample in &scrape.samples {
+        assert!(
+            typed.iter().any(|f| sample.metric.starts_with(f)),
+            "{} has no TYPE",
+            sample.metric
+        );
+    }
+    let value = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        let found = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .unwrap_or_else(|| panic!("no {metric} {labels:?} in\n{text}"));
+        match found.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{metric} is not a number"),
+        }
+    };
+    let client = [("domain", "shop"), ("key", "client")];
+    assert_eq!(
+        value("ratelimit_service_rate_limit_total_hits_total", &client),
+        3.0
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_within_limit_total", &client),
+        2.0
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_over_limit_total", &client),
+        1.0
+    );
+    assert_eq!(
+        value("ratelimit_service_config_load_success_total", &[]),
+        1.0
+    );
+    assert_eq!(value("funnel_server_requests_total", &[]), 3.0);
+    assert_eq!(value("funnel_server_table_keys", &client), 1.0);
+    let nested = [("domain", "shop"), ("key", "path_/cart.user")];
+    assert_eq!(
+        value("ratelimit_service_rate_limit_total_hits_total", &nested),
+        0.0
+    );
+}
+
+/// Reads datagrams from `socket` until every line of `want` has arrived, at most 10 s; the
+/// lines received.
+fn receive_until(socket: &UdpSocket, want: &[&str]) -> Vec<String> {
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut lines: Vec<String> = Vec::new();
+    let mut buf = [0u8; 65_536];
+    while Instant::now() < end && !want.iter().all(|w| lines.iter().any(|l| l == w)) {
+        if let Ok(n) = socket.recv(&mut buf) {
+            let text = std::str::from_utf8(&buf[..n]).expect("statsd lines are text");
+            lines.extend(text.lines().map(str::to_owned));
+        }
+    }
+    lines
+}
+
+#[tokio::test]
+async fn statsd_receives_envoyproxy_names_as_counter_increases() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = socket.local_addr().unwrap().to_string();
+    let dir = scratch("statsd");
+    let s = Server::start(
+        &write_config(&dir, "shop.yaml", CONFIG),
+        &[
+            "--no-watch",
+            "--statsd",
+            &target,
+            "--stats-flush-interval",
+            "100ms",
+        ],
+    );
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        call(&mut c, req("shop", vec![desc(&[("client", "10.0.0.1")])])).await;
+    }
+    call(
+        &mut c,
+        req("shop", vec![desc(&[("path", "/cart"), ("user", "bo:b")])]),
+    )
+    .await;
+    let want = [
+        "ratelimit.service.config_load_success:1|c",
+        "ratelimit.service.rate_limit.shop.client.total_hits:3|c",
+        "ratelimit.service.rate_limit.shop.client.within_limit:2|c",
+        "ratelimit.service.rate_limit.shop.client.over_limit:1|c",
+        "ratelimit.service.rate_limit.shop.path_/cart.user.total_hits:1|c",
+        // The detailed value, its `:` cleaned as envoyproxy/ratelimit cleans names.
+        "ratelimit.service.rate_limit.shop.path_/cart.user_bo_b.total_hits:1|c",
+        "ratelimit_server.ShouldRateLimit.total_requests:4|c",
+    ];
+    let lines = receive_until(&socket, &want);
+    for w in want {
+        assert!(lines.iter().any(|l| l == w), "{w} not in {lines:#?}");
+    }
+    // Increases, not totals: two more calls arrive as 2, and nothing unchanged is resent.
+    for _ in 0..2 {
+        call(&mut c, req("shop", vec![desc(&[("client", "other")])])).await;
+    }
+    let lines = receive_until(
+        &socket,
+        &["ratelimit.service.rate_limit.shop.client.total_hits:2|c"],
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "ratelimit.service.rate_limit.shop.client.total_hits:2|c"),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("ratelimit.service.config_load_success")),
+        "an unchanged counter was sent again: {lines:#?}"
+    );
+}

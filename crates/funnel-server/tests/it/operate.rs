@@ -1,0 +1,271 @@
+//! Running the server: HTTP (`/healthcheck`, `/metrics`, `POST /json`), the gRPC health
+//! service, live reload (under load, debt kept, a broken file rejected), a configuration error
+//! refusing the start, SIGTERM.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::*;
+
+fn config(client_per_minute: u32, name: &str) -> String {
+    format!(
+        "domain: ops\ndescriptors:\n  - key: client\n    rate_limit:\n      name: {name}\n      unit: minute\n      requests_per_unit: {client_per_minute}\n  - key: other\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000000\n"
+    )
+}
+
+#[tokio::test]
+async fn http_answers_health_metrics_and_json() {
+    let dir = scratch("http");
+    let s = Server::start(
+        &write_config(&dir, "ops.yaml", &config(2, "per_client")),
+        &["--no-watch"],
+    );
+    assert_eq!(s.get("/healthcheck"), (200, "OK\n".into()));
+    let body = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}"#;
+    let (code, json) = s.post_json(body);
+    assert_eq!(code, 200, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["overallCode"], "OK");
+    assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "MINUTE");
+    assert_eq!(v["statuses"][0]["currentLimit"]["name"], "per_client");
+    assert_eq!(v["statuses"][0]["limitRemaining"], 1);
+    assert!(v["statuses"][0]["durationUntilReset"]
+        .as_str()
+        .unwrap()
+        .ends_with('s'));
+    assert_eq!(s.post_json(body).0, 200);
+    let (code, json) = s.post_json(body);
+    assert_eq!(code, 429, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["overallCode"], "OVER_LIMIT");
+    // hitsAddend in camelCase, and the same limits as gRPC.
+    let (code, _) = s.post_json(r#"{"domain":"ops","hitsAddend":5,"descriptors":[{"entries":[{"key":"client","value":"k"}]}]}"#);
+    assert_eq!(code, 429, "5 units never fit a burst of 2");
+    assert_eq!(s.post_json(r#"{"domain":"","descriptors":[]}"#).0, 400);
+    assert_eq!(s.post_json("{not json").0, 400);
+    let (code, metrics) = s.get("/metrics");
+    assert_eq!(code, 200);
+    for series in [
+        r#"ratelimit_service_rate_limit_total_hits_total{domain="ops",key="client"} 8"#,
+        r#"ratelimit_service_rate_limit_over_limit_total{domain="ops",key="client"} 6"#,
+        r#"ratelimit_service_rate_limit_within_limit_total{domain="ops",key="client"} 2"#,
+        r#"ratelimit_service_rate_limit_near_limit_total{domain="ops",key="client"} 1"#,
+        r#"funnel_server_table_keys{domain="ops",key="client"} 1"#,
+        "ratelimit_service_config_load_success_total 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} in\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn grpc_health_reports_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let dir = scratch("health");
+    let s = Server::start(
+        &write_config(&dir, "ops.yaml", &config(2, "c")),
+        &["--no-watch"],
+    );
+    let channel = tonic::transport::Endpoint::new(format!("http://{}", s.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    let r = h
+        .check(HealthCheckRequest {
+            service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, ServingStatus::Serving as i32);
+}
+
+#[test]
+fn a_broken_configuration_refuses_the_start_naming_file_and_line() {
+    let dir = scratch("broken");
+    let path = write_config(
+        &dir,
+        "bad.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+    );
+    let e = Server::try_start(&path, &["--no-watch"])
+        .err()
+        .expect("refused");
+    assert!(e.contains("bad.yaml:5:") && e.contains("fortnight"), "{e}");
+    assert!(e.contains("exit status: 1"), "{e}");
+}
+
+#[tokio::test]
+async fn a_reload_swaps_limits_keeps_debt_and_rejects_a_broken_file() {
+    let dir = scratch("reload");
+    let path = write_config(&dir, "ops.yaml", &config(3, "per_client"));
+    let s = Server::start(&path, &[]);
+    let mut c = s.client().await;
+    let d = desc(&[("client", "r")]);
+    assert_eq!(admitted(&mut c, "ops", &d, 2).await, 2);
+
+    // Same name, same quota, another rule added: the key keeps its debt (1 left of 3).
+    let grown = config(3, "per_client")
+        + "  - key: extra\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n";
+    write_config(&dir, "ops.yaml", &grown);
+    s.wait_metric("ratelimit_service_config_load_success_total", 2);
+    assert_eq!(
+        admitted(&mut c, "ops", &d, 3).await,
+        1,
+        "the debt survived the reload"
+    );
+    assert_eq!(
+        admitted(&mut c, "ops", &desc(&[("extra", "e")]), 2).await,
+        1,
+        "the new rule applies"
+    );
+
+    // A broken file: rejected, counted, logged; the configuration in force stays.
+    write_config(&dir, "ops.yaml", "domain: ops\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1, typo: 1}\n");
+    s.wait_metric("ratelimit_service_config_load_error_total", 1);
+    assert!(s.log().contains("unknown field `typo`"), "{}", s.log());
+    assert_eq!(
+        admitted(&mut c, "ops", &desc(&[("extra", "f")]), 2).await,
+        1,
+        "the old rules stay"
+    );
+
+    // A new quota: a new count.
+    write_config(&dir, "ops.yaml", &config(5, "per_client"));
+    s.wait_metric("ratelimit_service_config_load_success_total", 3);
+    assert_eq!(admitted(&mut c, "ops", &d, 6).await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_under_load_fail_no_call() {
+    let dir = scratch("reload-load");
+    let path = write_config(&dir, "ops.yaml", &config(3, "per_client"));
+    let s = Server::start(&path, &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let mut c = s.client().await;
+        let (stop, calls) = (stop.clone(), calls.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            // Bounded in count and in time (the main task stops it).
+            while !stop.load(Ordering::Relaxed) && i < 200_000 {
+                let d = desc(&[("other", &format!("{t}-{}", i % 50))]);
+                let r = c.should_rate_limit(req("ops", vec![d])).await;
+                let r = r.unwrap_or_else(|e| panic!("call {i} of task {t} failed: {e:?}"));
+                assert_eq!(r.into_inner().overall_code, OK);
+                calls.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+        }));
+    }
+    for round in 0..6u32 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if round % 2 == 0 {
+            write_config(&dir, "ops.yaml", &config(3 + round, "per_client"));
+        } else {
+            write_config(&dir, "ops.yaml", "domain: ops\ndescriptors: [oops\n");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("no call failed");
+    }
+    assert!(calls.load(Ordering::Relaxed) > 100, "the load ran");
+    assert!(s.metric("ratelimit_service_config_load_success_total") >= 2);
+    assert!(s.metric("ratelimit_service_config_load_error_total") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_exits_zero() {
+    let dir = scratch("sigterm");
+    let mut s = Server::start(
+        &write_config(&dir, "ops.yaml", &config(3, "c")),
+        &["--no-watch"],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let mut c = s.client().await;
+        let (stop, ok) = (stop.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..100_000u64 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                match c
+                    .should_rate_limit(req("ops", vec![desc(&[("other", &format!("{t}-{i}"))])]))
+                    .await
+                {
+                    Ok(r) => {
+                        assert_eq!(r.into_inner().overall_code, OK);
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // After the drain the connection closes: a call then fails to be sent,
+                    // never with an answer other than the transport's.
+                    Err(e) => {
+                        assert!(
+                            matches!(
+                                e.code(),
+                                tonic::Code::Unavailable
+                                    | tonic::Code::Unknown
+                                    | tonic::Code::Cancelled
+                            ),
+                            "{e:?}"
+                        );
+                        break;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = ok.load(Ordering::Relaxed);
+    assert!(before > 0, "calls were flowing");
+    s.terminate();
+    let code = s.wait_exit(Duration::from_secs(15));
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(code, Some(0), "{}", s.log());
+    assert!(s.log().contains("draining in-flight calls"));
+}
+
+#[tokio::test]
+async fn a_directory_holds_one_domain_per_file_and_refuses_a_domain_twice() {
+    let dir = scratch("dir");
+    write_config(&dir, "a.yaml", &config(1, "a"));
+    write_config(&dir, "b.yml", "domain: other\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 2}\n");
+    std::fs::write(dir.join("notes.txt"), "not read").unwrap();
+    let s = Server::start(&dir, &["--no-watch"]);
+    let mut c = s.client().await;
+    assert_eq!(
+        admitted(&mut c, "ops", &desc(&[("client", "x")]), 3).await,
+        1
+    );
+    assert_eq!(
+        admitted(&mut c, "other", &desc(&[("client", "x")]), 3).await,
+        2
+    );
+    drop(s);
+    write_config(&dir, "c.yaml", &config(7, "c"));
+    let e = Server::try_start(&dir, &["--no-watch"])
+        .err()
+        .expect("refused");
+    assert!(
+        e.contains("c.yaml") && e.contains("already defined in") && e.contains("a.yaml"),
+        "{e}"
+    );
+}

@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of funnel's fuzz targets (fuzz/), for a bounded time each.
+# Coverage-guided fuzzing of every crate's fuzz targets, for a bounded time each. Each crate
+# has its own cargo-fuzz workspace (CONTRIBUTING.md, "Fuzzing"): `fuzz` for funnel,
+# `crates/<crate>/fuzz` for the others.
 #
 # Optional: cargo-fuzz needs a nightly toolchain. Without one this prints why it skipped and
 # exits 0; the same fuzz bodies still run on stable over the committed corpus and regression
-# inputs in `cargo test` (tests/it/fuzz_bodies.rs).
+# inputs in `cargo test` (each crate's fuzz replay test).
 #
 #   FUZZ_SECONDS   seconds per target (default 60)
-#   FUZZ_TARGETS   space-separated targets (default: all, from `cargo fuzz list`)
-#   FUZZ_DIRS      the cargo-fuzz workspaces to run (default: `fuzz` for the core, the HTTP
-#                  layer and the Redis backend, and `crates/funnel-server/fuzz`, which builds
-#                  the gRPC stack and so is kept apart)
+#   FUZZ_TARGETS   space-separated targets (default: all of each workspace, `cargo fuzz list`)
+#   FUZZ_DIRS      the cargo-fuzz workspaces to run (default: all four)
 #
-# New corpus entries go to fuzz/target/ci-corpus/<target> (ignored), so a run never dirties the
-# committed seed corpus fuzz/corpus/<target>. A crash fails the run and leaves its input in
-# fuzz/artifacts/<target>/; minimise it with `cargo +nightly fuzz tmin <target> <file>` and keep
-# it in tests/fuzz_regressions/<target>/.
+# New corpus entries go to <workspace>/target/ci-corpus/<target> (ignored), so a run never
+# dirties the committed seed corpus <workspace>/corpus/<target>. A crash fails the run and
+# leaves its input in <workspace>/artifacts/<target>/; minimise it with
+# `cargo +nightly fuzz tmin <target> <file>` and keep it in the crate's
+# tests/fuzz_regressions/<target>/.
 #
 # `--check` fuzzes nothing: it only checks, on the default (stable) toolchain, that every fuzz
 # target of every workspace in FUZZ_DIRS builds (`cargo check`, in target/fuzz-check). CI runs
 # this, as a few seconds of fuzzing a target would find little and cost minutes of builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_DIRS="${FUZZ_DIRS:-fuzz crates/funnel-server/fuzz}"
+FUZZ_DIRS="${FUZZ_DIRS:-fuzz crates/funnel-tower/fuzz crates/funnel-redis/fuzz crates/funnel-server/fuzz}"
 
 if [ "${1:-}" = --check ]; then
   for dir in $FUZZ_DIRS; do
@@ -38,7 +39,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 
 skip() {
   printf 'fuzz: skipped: %s\n' "$*"
-  printf 'fuzz: the same fuzz bodies run on stable over the committed inputs in cargo test (tests/it/fuzz_bodies.rs)\n'
+  printf 'fuzz: the same fuzz bodies run on stable over the committed inputs in cargo test (the fuzz replay test of each crate)\n'
   exit 0
 }
 

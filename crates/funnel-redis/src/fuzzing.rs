@@ -1,7 +1,10 @@
 //! The fuzz body of the `redis_reply` target (cargo feature `fuzzing`): everything this crate
 //! reads from Redis, fed whatever a server, or anything answering in its place, could send.
 //! The cargo-fuzz target (`fuzz/fuzz_targets/redis_reply.rs`) and a stable test
-//! (`tests/it/fuzz_bodies.rs`, replaying the committed corpus) call [`reply()`](fn@reply).
+//! (`tests/it/fuzz_bodies.rs`, replaying the committed corpus) call [`reply()`](fn@reply), with
+//! the test kit's plain reading of a reply (`funnel_testkit::redis_reply::admitted`) as the
+//! reference: the body drives this crate's private readers, so it lives here, and a published
+//! crate does not depend on the unpublished test kit.
 //!
 //! The input picks a request (a quota, a size `n`, the backend: a fixed header, so that seeds
 //! can be written by hand) and a reply: either bytes read
@@ -18,7 +21,7 @@
 //! * nothing panics;
 //! * **an admitted request is one Redis admitted**: a decision read as allowed comes only from
 //!   a reply that is exactly the script's four integers with code 1 (or `CL.THROTTLE`'s five
-//!   with `limited` 0), checked against a plain reading of the value written here;
+//!   with `limited` 0), checked against the reference's plain reading of the value;
 //! * a decision read from a reply agrees with what a late reply's reading
 //!   (`reply::admitted`) would count as charged.
 
@@ -49,6 +52,10 @@ pub enum Path {
 /// The length of an input's request header (see [`reply()`](fn@reply)).
 pub const HEADER: usize = 17;
 
+/// A plain reading of a reply, independent of `reply.rs`: whether Redis admitted the request
+/// (`CL.THROTTLE`'s reply when the flag is true, the script's otherwise).
+pub type Reference = fn(bool, &Value) -> bool;
+
 /// Reads one fuzz input and says where its reply went (and whether it was read as
 /// `CL.THROTTLE`'s); panics only when a property fails.
 ///
@@ -57,7 +64,10 @@ pub const HEADER: usize = 17;
 /// request's size (`u8`: 0, 1, the limit, the limit + 1, 255 for `u64::MAX`, any other byte
 /// less 4); the backend (`u8`, odd: `CL.THROTTLE`); the local time the request was sent
 /// (`u64` ns); the reply's form (`u8`, even: RESP bytes, odd: a value built from the bytes).
-pub fn reply(data: &[u8]) -> (bool, Path) {
+///
+/// `redis_admitted` is the reference: whether Redis admitted the request with a value (from
+/// `CL.THROTTLE` when its first argument is true).
+pub fn reply(data: &[u8], redis_admitted: Reference) -> (bool, Path) {
     let Some((header, rest)) = data.split_first_chunk::<HEADER>() else {
         return (false, Path::Unparsed);
     };
@@ -88,7 +98,7 @@ pub fn reply(data: &[u8]) -> (bool, Path) {
     let Some(value) = value else {
         return (cell, Path::Unparsed);
     };
-    (cell, check(&quota, n, cell, sent, value))
+    (cell, check(&quota, n, cell, sent, value, redis_admitted))
 }
 
 /// A value of any shape, nested at most four deep.
@@ -166,7 +176,14 @@ fn pairs(u: &mut Unstructured<'_>, depth: u32) -> Result<Vec<(Value, Value)>> {
 }
 
 /// The value as the limiter reads it, and the properties.
-fn check(quota: &Quota, n: u64, cell: bool, sent: Timestamp, value: Value) -> Path {
+fn check(
+    quota: &Quota,
+    n: u64,
+    cell: bool,
+    sent: Timestamp,
+    value: Value,
+    redis_admitted: Reference,
+) -> Path {
     // The readings beside a decision: none may panic, whatever they are given.
     let _ = cell::lists_redis_cell(&value);
     if let Value::BulkString(bytes) = &value {
@@ -212,28 +229,5 @@ fn check(quota: &Quota, n: u64, cell: bool, sent: Timestamp, value: Value) -> Pa
         Path::Admitted
     } else {
         Path::Denied
-    }
-}
-
-/// A plain reading of what Redis said, independent of `reply.rs`: the script's four integers
-/// with code 1, or `CL.THROTTLE`'s five with `limited` 0.
-fn redis_admitted(cell: bool, value: &Value) -> bool {
-    let Value::Array(items) = value else {
-        return false;
-    };
-    let ints: Vec<i64> = items
-        .iter()
-        .map_while(|v| match v {
-            Value::Int(i) => Some(*i),
-            _ => None,
-        })
-        .collect();
-    if ints.len() != items.len() {
-        return false;
-    }
-    match (cell, ints.as_slice()) {
-        (false, [1, tat, now, _]) => *tat >= 0 && *now >= 0,
-        (true, [0, ..]) => ints.len() == 5,
-        _ => false,
     }
 }

@@ -32,7 +32,7 @@ mod fleet;
 mod forward_auth;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
-pub mod fuzz;
+pub mod fuzzing;
 mod grpc;
 mod http;
 mod json;

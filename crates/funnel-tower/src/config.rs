@@ -345,8 +345,9 @@ impl<C> Config<C> {
 }
 
 /// An exempt path as [`Builder::exempt_path`] takes it: it must start with `/`; without its
-/// trailing `/` (`/health/` and `/health` are one prefix; `/` stays `/`).
-pub(crate) fn exempt_prefix(p: String) -> Result<Box<str>, Error> {
+/// trailing `/` (`/health/` and `/health` are one prefix; `/` stays `/`). Public only for the
+/// fuzz body, through `crate::fuzzing` (feature `fuzzing`).
+pub fn exempt_prefix(p: String) -> Result<Box<str>, Error> {
     if !p.starts_with('/') {
         return Err(Error::BadExemptPath(p));
     }
@@ -355,9 +356,10 @@ pub(crate) fn exempt_prefix(p: String) -> Result<Box<str>, Error> {
 }
 
 /// Whether `path` lies under one of `prefixes` (each from [`exempt_prefix`]) and has nothing
-/// an upstream may normalise into another path.
+/// an upstream may normalise into another path. Public only for the fuzz body, as
+/// [`exempt_prefix`].
 #[inline]
-pub(crate) fn path_is_exempt(prefixes: &[Box<str>], path: &str) -> bool {
+pub fn path_is_exempt(prefixes: &[Box<str>], path: &str) -> bool {
     !prefixes.is_empty()
         && !ambiguous(path)
         && prefixes.iter().any(|prefix| under_path(prefix, path))

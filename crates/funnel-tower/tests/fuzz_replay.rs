@@ -1,8 +1,8 @@
-//! funnel-tower's fuzz bodies on stable: every committed input of the repository's fuzz
-//! workspace's seed corpus (`fuzz/corpus/<target>/`, beside the targets) and of this crate's
+//! funnel-tower's fuzz bodies on stable: every committed input of this crate's fuzz
+//! workspace's seed corpus (`fuzz/corpus/<target>/`, beside the targets) and of its
 //! `tests/fuzz_regressions/<target>/` (minimised finds, kept as regression cases) runs through
-//! the body the fuzzer runs (`funnel_tower::fuzzing::<body>`, feature `fuzzing`), then a short
-//! budget of seeded pseudo-random inputs.
+//! the body the fuzzer runs (`funnel_testkit::fuzz::tower::<body>`), then a short budget of
+//! seeded pseudo-random inputs.
 //!
 //! * `FUZZ_REPLAY_MS` sets each random test's budget (default 600 ms; 0 skips them);
 //!   `FUZZ_REPLAY_SEED` picks the generator's seed (default fixed, so CI is repeatable).
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use funnel_testkit::alloc::{allocated_bytes, CountingAlloc};
 use funnel_testkit::corpus::{self, Body};
-use funnel_tower::fuzzing;
+use funnel_testkit::fuzz::tower as fuzzing;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -31,12 +31,8 @@ fn key_body(data: &[u8]) {
 /// and this crate's regressions.
 fn replay_committed(target: &str, body: Body) -> usize {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let workspace = manifest
-        .ancestors()
-        .nth(2)
-        .expect("the crate sits in crates/ of the repository");
     let files = corpus::replay_committed(
-        &workspace.join("fuzz/corpus"),
+        &manifest.join("fuzz/corpus"),
         &manifest.join("tests/fuzz_regressions"),
         target,
         body,

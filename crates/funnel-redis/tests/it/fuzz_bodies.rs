@@ -1,5 +1,5 @@
 //! The `redis_reply` fuzz body (`funnel_redis::fuzzing::reply`) on stable: every committed
-//! seed in the repository's fuzz workspace (`fuzz/corpus/redis_reply/`, beside the target) and
+//! seed in this crate's fuzz workspace (`fuzz/corpus/redis_reply/`, beside the target) and
 //! every crash kept in this crate's `tests/fuzz_regressions/redis_reply/`, then a bounded number of
 //! mutations of the seeds. The body panics when a property fails (an admitted decision from a
 //! reply Redis did not admit with, a reading that disagrees with the late-reply count), and a
@@ -11,16 +11,17 @@
 use std::collections::HashSet;
 use std::path::{Path as FsPath, PathBuf};
 
-use funnel_redis::fuzzing::{reply, Path, HEADER};
-use funnel_testkit::Rng;
+use funnel_redis::fuzzing::{self, Path, HEADER};
+use funnel_testkit::{redis_reply, Rng};
 
-/// The repository's root, where the fuzz workspace keeps its seed corpus.
-fn workspace() -> PathBuf {
-    FsPath::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("the crate sits in crates/ of the repository")
-        .to_path_buf()
+/// The crate's directory, where its fuzz workspace keeps its seed corpus.
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The body with its reference, as the fuzz target runs it.
+fn reply(data: &[u8]) -> (bool, Path) {
+    fuzzing::reply(data, redis_reply::admitted)
 }
 
 fn inputs(dir: &FsPath) -> Vec<(PathBuf, Vec<u8>)> {
@@ -42,7 +43,7 @@ fn inputs(dir: &FsPath) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[test]
 fn the_committed_seeds_reach_every_path_and_keep_every_property() {
-    let seeds = inputs(&workspace().join("fuzz/corpus/redis_reply"));
+    let seeds = inputs(&crate_dir().join("fuzz/corpus/redis_reply"));
     assert!(seeds.len() >= 20, "{} seeds", seeds.len());
     let mut reached = HashSet::new();
     for (path, bytes) in &seeds {
@@ -73,7 +74,7 @@ fn the_committed_seeds_reach_every_path_and_keep_every_property() {
 /// a bounded number: a short random budget for `cargo test`, not a fuzzer.
 #[test]
 fn mutated_seeds_keep_every_property() {
-    let seeds = inputs(&workspace().join("fuzz/corpus/redis_reply"));
+    let seeds = inputs(&crate_dir().join("fuzz/corpus/redis_reply"));
     let mut rng = Rng::new(0x5eed_4ed1);
     for _ in 0..20_000 {
         let (_, seed) = rng.pick(&seeds);

@@ -1,7 +1,7 @@
-//! cargo-fuzz target `server_request`: the body is `funnel_server::fuzz::request`
-//! (`crates/funnel-server/src/fuzz.rs`), shared with the stable replay test
+//! cargo-fuzz target `server_request`: the body is `funnel_server::fuzzing::request`
+//! (`crates/funnel-server/src/fuzzing.rs`), shared with the stable replay test
 //! `crates/funnel-server/tests/it/fuzz_bodies.rs`.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| funnel_server::fuzz::request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| funnel_server::fuzzing::request(data));

@@ -1,4 +1,4 @@
-//! Fuzz body `tower_spec`: the example proxy's `--limit` grammar ([`crate::spec`]).
+//! Fuzz body `tower_spec`: the example proxy's `--limit` grammar ([`funnel_tower::spec`]).
 //!
 //! Each input is a spec: grammar pieces (keys, counts, periods, options, at their edges and
 //! just past them) with separators and raw text between them, or any text. Checks:
@@ -16,7 +16,7 @@ use std::time::Duration;
 use funnel::Quota;
 
 use super::{note, Input};
-use crate::spec::{parse_limit, PolicySpec};
+use funnel_tower::spec::{parse_limit, PolicySpec};
 
 const KEYS: &[&str] = &[
     "ip",
@@ -173,7 +173,7 @@ fn round_trip(spec: &str, p: &PolicySpec, r: &reference::Spec) {
     assert_eq!(q.name, p.name, "{spec:?} -> {again:?}");
 }
 
-/// The grammar of `crate::spec`, read plainly.
+/// The grammar of `funnel_tower::spec`, read plainly.
 mod reference {
     use super::*;
 

@@ -1,4 +1,4 @@
-//! Fuzz body `tower_path`: exempt-path matching ([`Builder::exempt_path`](crate::Builder)).
+//! Fuzz body `tower_path`: exempt-path matching ([`Builder::exempt_path`](funnel_tower::Builder::exempt_path)).
 //!
 //! Each input picks exempt prefixes (usual ones, odd ones, any bytes) and a request path made
 //! of segments that matter to a server normalising it (`.`, `..`, `%2e`, `%2f`, `%5c`, `\`,
@@ -14,7 +14,7 @@
 //!   reaching, through the upstream, a path no prefix covers.
 
 use super::{note, Input};
-use crate::config::{exempt_prefix, path_is_exempt};
+use funnel_tower::fuzzing::{exempt_prefix, path_is_exempt};
 
 const PREFIXES: &[&str] = &[
     "/health", "/health/", "/", "//", "/static", "/a/b", "/api/v1/", "/x%2e", "/h;p", "/a/../b",
@@ -77,7 +77,7 @@ pub fn run(data: &[u8]) {
                 prefixes.push(norm);
                 raw_prefixes.push(p);
             }
-            Err(crate::Error::BadExemptPath(back)) => {
+            Err(funnel_tower::Error::BadExemptPath(back)) => {
                 assert!(!p.starts_with('/') && back == p, "{p:?} rejected");
                 note("prefix refused");
             }
@@ -138,7 +138,12 @@ pub fn run(data: &[u8]) {
 /// The builder accepts the same prefixes.
 fn builder_agrees(raw: &[String]) {
     let q = funnel::Quota::per_second(1).expect("a valid quota");
-    let mut b = crate::Builder::default().policy_with_capacity("g", crate::KeyBy::Global, q, 1);
+    let mut b = funnel_tower::Builder::default().policy_with_capacity(
+        "g",
+        funnel_tower::KeyBy::Global,
+        q,
+        1,
+    );
     for p in raw {
         b = b.exempt_path(p.clone());
     }

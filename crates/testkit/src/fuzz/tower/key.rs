@@ -7,7 +7,8 @@
 //! API-key header and a path. Then, for every key variant but `Custom`:
 //!
 //! * the key equals the one a plain reference reading of the documented rules gives
-//!   (the `reference` module below, written apart from `key.rs`: bytes, not `str` methods);
+//!   (the `reference` module below, written apart from funnel-tower's `src/key.rs`: bytes, not
+//!   `str` methods);
 //! * a peer outside the trusted networks gets its own address, whatever it sent;
 //! * reading the key allocates nothing (as the caller's allocation probe counts: the test
 //!   kit's counting allocator, in the fuzz target and the stable replay), and an address key
@@ -24,7 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use http::{HeaderName, HeaderValue};
 
 use super::{note, Input};
-use crate::{KeyBy, Net, PeerAddr};
+use funnel_tower::fuzzing::read_key;
+use funnel_tower::{KeyBy, Net, PeerAddr};
 
 /// A trusted network as `Net::parse` reads it, and the same network written independently:
 /// its canonical address (IPv4 for an IPv4-mapped one) and prefix length.
@@ -408,8 +410,8 @@ fn check(
     ];
     for by in &keys {
         let before = allocated();
-        let key = by.key(&parts);
-        let after = allocated();
+        // The probe is read before the key is copied out of the reading.
+        let (after, key) = read_key(by, &parts, |key| (allocated(), key.to_vec()));
         assert_eq!(after, before, "{by:?}: reading the key allocated");
         let key = key.as_slice();
         let expected = reference::key(by, head, trusted_ix, v6_prefix, parts.uri.path());
@@ -449,7 +451,7 @@ fn check(
     // back to the peer, which is checked against the reference above.
     if let Some((client, forwarded)) = expect_client {
         let by = &keys[if forwarded { 2 } else { 1 }];
-        let key = by.key(&parts);
+        let key = read_key(by, &parts, <[u8]>::to_vec);
         assert_eq!(
             key.as_slice(),
             reference::ip_key(Some(client), v6_prefix).as_slice(),

@@ -1,18 +1,21 @@
-//! Fuzz bodies for what clients and operators write to this crate (feature `fuzzing`, not a
-//! public API): the cargo-fuzz targets in the repository's `fuzz/` call them, and
-//! `tests/fuzz_replay.rs` runs them on stable over the committed corpus and seeded random
-//! inputs, so `cargo test` runs the same checks without nightly.
+//! funnel-tower's fuzz bodies (feature `fuzz-tower`), for what clients and operators write to
+//! that crate: the cargo-fuzz targets in `crates/funnel-tower/fuzz/` call them, and that
+//! crate's `tests/fuzz_replay.rs` runs them on stable over the committed corpus and seeded
+//! random inputs, so `cargo test` runs the same checks without nightly.
 //!
 //! * [`key`]: the key of a request (forwarding headers from any peer, `Header(name)`, the
-//!   route), against a plain reference reading of [`KeyBy`](crate::KeyBy)'s documented rules,
-//!   and the property that a client behind honest trusted proxies never picks its key;
+//!   route), against a plain reference reading of
+//!   [`KeyBy`](funnel_tower::KeyBy)'s documented rules, and the property that a client behind
+//!   honest trusted proxies never picks its key;
 //! * [`path`]: exempt-path matching, against a reference and against a normalising upstream;
 //! * [`spec`]: the `--limit` grammar, against a reference parser, and the round trip of every
 //!   accepted spec to the quota it names.
 //!
-//! The bodies read their choices from the fuzzer's bytes with [`Input`], which never fails:
-//! once the bytes run out every choice is the smallest one. They live here, not in the
-//! workspace's testkit, so this crate keeps no dependency on the testkit.
+//! The bodies drive funnel-tower through its public API, and the exempt-path matching through
+//! the two functions its `fuzzing` feature re-exports. They read their choices from the
+//! fuzzer's bytes with [`Input`], which never fails: once the bytes run out every choice is the
+//! smallest one. (It is not the core bodies' [`common::Input`](super::common::Input): the
+//! committed corpus is written in this decoding.)
 
 pub mod key;
 pub mod path;

@@ -1,6 +1,8 @@
 //! The fuzz bodies (feature `fuzzing`, not an API): cargo-fuzz targets in
 //! `fuzz/fuzz_targets/server_*.rs` call them, and `tests/it/fuzz_bodies.rs` runs them on stable
-//! over the committed corpora.
+//! over the committed corpora and regressions. They live here, not in the test kit, because
+//! they drive the crate's private configuration reader and decider; they check properties and
+//! compare against no reference model.
 //!
 //! * [`config`]: any text as a configuration file: parsed without panicking; an accepted one
 //!   compiles, and every descriptor it holds has a line; a rejected one names a line within

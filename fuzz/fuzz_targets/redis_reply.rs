@@ -1,9 +1,0 @@
-//! cargo-fuzz target `redis_reply`: the body is `funnel_redis::fuzzing::reply`
-//! (`crates/funnel-redis/src/fuzzing.rs`, cargo feature `fuzzing`), shared with the stable
-//! replay test `crates/funnel-redis/tests/it/fuzz_bodies.rs`.
-
-#![no_main]
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    funnel_redis::fuzzing::reply(data);
-});

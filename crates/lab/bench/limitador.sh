@@ -57,7 +57,7 @@
 #   RUN_TIMEOUT       seconds one load generator run may take before it is killed (default 300)
 #   BENCH_OUT         directory for the logs (default target/limitador-bench)
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+. "$(dirname "$0")/lib.sh"
 RUNS="${RUNS:-3}"
 CALLS="${CALLS:-100000}"
 WARMUP="${WARMUP:-10000}"
@@ -66,7 +66,6 @@ RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 OUT="${BENCH_OUT:-target/limitador-bench}"
 ROWS="${ROWS:-floor funnel-memory limitador-memory funnel-redis limitador-redis limitador-cached}"
 
-fail() { echo "limitador-bench: FAIL: $*" >&2; exit 1; }
 note() { echo "limitador-bench: $*" >&2; }
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || fail "RUNS must be a whole number of at least 1"
 [[ "$CALLS" =~ ^[1-9][0-9]*$ ]] || fail "CALLS must be a whole number of at least 1"
@@ -108,17 +107,11 @@ needs_redis() {
 
 cargo build --release -q -p funnel-server --bins
 cargo build --release -q -p funnel-lab --example funnel-loadgen
-bin="${CARGO_TARGET_DIR:-target}/release"
+bin=$release
 loadgen="$bin/examples/funnel-loadgen"
 rm -rf "$OUT"; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/funnel-limitador-bench.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$scratch"
-}
-trap cleanup EXIT
+logs=$OUT
+scratch=$work
 
 # The limits, written for each server in its own format. limitador-server watches its limits
 # file's directory, so each of its files gets a directory of its own.
@@ -155,32 +148,6 @@ listens() {
   return 1
 }
 
-# A loopback port nothing answers on (servers that cannot bind port 0 and report it).
-free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return; fi
-  done
-}
-
-# Starts a server that prints "... listening grpc=ADDR ..." once bound (port 0: the system
-# picks a free port); sets $server_pid, $grpc and $http (funnel-server's /metrics).
-start_printing() {
-  local name=$1; shift
-  "$@" >"$OUT/$name.out" 2>"$OUT/$name.log" &
-  server_pid=$!
-  pids+=("$server_pid")
-  for _ in $(seq 200); do
-    grpc=$(sed -n 's/.*listening grpc=\([^ ]*\).*/\1/p' "$OUT/$name.out")
-    http=$(sed -n 's/.*listening .* http=\([^ ]*\).*/\1/p' "$OUT/$name.out")
-    [ -n "$grpc" ] && return 0
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  fail "$name did not start: $(cat "$OUT/$name.out" "$OUT/$name.log")"
-}
-
 # Starts limitador-server on free ports (its gRPC and its HTTP API), ready once the process
 # itself listens on the gRPC port; a port taken in between is retried. $1: name, $2: limits
 # file, the rest: its storage arguments. Sets $server_pid and $grpc.
@@ -188,10 +155,9 @@ start_limitador() {
   local name=$1 limits=$2 try rls http; shift 2
   for try in 1 2 3; do
     rls=$(free_port) http=$(free_port)
-    "$limitador" --rls-ip 127.0.0.1 --rls-port "$rls" --http-ip 127.0.0.1 --http-port "$http" \
-      "$limits" "$@" >"$OUT/$name.out" 2>"$OUT/$name.log" &
-    server_pid=$!
-    pids+=("$server_pid")
+    spawn "$limitador" --rls-ip 127.0.0.1 --rls-port "$rls" --http-ip 127.0.0.1 --http-port "$http" \
+      "$limits" "$@" >"$OUT/$name.out" 2>"$OUT/$name.log"
+    server_pid=$started_pid
     for _ in $(seq 200); do
       if listens "$server_pid" "$rls"; then grpc=127.0.0.1:$rls; return 0; fi
       kill -0 "$server_pid" 2>/dev/null || break
@@ -208,32 +174,6 @@ stop() {
   wait "$1" 2>/dev/null || true
 }
 
-# A private redis-server on a free loopback port, no persistence, checked to be ours (its
-# process_id) once it answers PING; a port taken in between is retried.
-start_redis() {
-  local try port pid
-  for try in 1 2 3; do
-    port=$(free_port)
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-      --dir "$scratch" --logfile "$OUT/redis-$try.log" &
-    pid=$!
-    pids+=("$pid")
-    for _ in $(seq 100); do
-      if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then
-        if redis-cli -p "$port" info server | tr -d '\r' | grep -qx "process_id:$pid"; then
-          redis_port=$port
-          return 0
-        fi
-        break
-      fi
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    stop "$pid"
-  done
-  fail "redis-server did not start: $(tail -n 5 "$OUT"/redis-*.log 2>/dev/null)"
-}
-
 # Starts row $1's server with limits $2 (a directory made by write_limits); sets
 # $server_pid and $grpc, and $metrics to the load generator's --metrics flag for funnel-server
 # on Redis (its Redis round trips and timeouts, in the log). Redis is emptied first, so every
@@ -245,13 +185,13 @@ start_row() {
     *-redis | *-cached) redis-cli -p "$redis_port" flushall >/dev/null ;;
   esac
   case $row in
-    floor) start_printing "$name" "$loadgen" floor --grpc 127.0.0.1:0 ;;
+    floor) start_service "$name" "$loadgen" floor --grpc 127.0.0.1:0 ;;
     funnel-memory)
-      start_printing "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
+      start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch
       ;;
     funnel-redis)
-      start_printing "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
+      start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch --redis "$redis_url"
       metrics=(--metrics "$http")
       ;;
@@ -259,6 +199,7 @@ start_row() {
     limitador-redis) start_limitador "$name" "$limits/limits.yaml" redis "$redis_url" ;;
     limitador-cached) start_limitador "$name" "$limits/limits.yaml" redis_cached "$redis_url" ;;
   esac
+  case $row in floor | funnel-*) server_pid=$started_pid ;; esac
 }
 
 # utime + stime of process $1, in clock ticks (fields 14 and 15 of /proc/PID/stat, counted

@@ -53,6 +53,10 @@
 #   CALLS             measured calls per run (default 100000)
 #   WARMUP            calls before measuring (default 10000)
 #   ROWS              the rows to run (default: all of the above; Redis rows need redis-server)
+#   RATE              calls a second in all, sent on a schedule (the load generator's --rate):
+#                     every row then carries the same load, and their tails compare at it
+#                     (default: none, each of the 64 callers sends as soon as it is answered,
+#                     which measures each server at saturation)
 #   EXACT             1 (default): the workload where the limit bites too; 0: not
 #   RUN_TIMEOUT       seconds one load generator run may take before it is killed (default 300)
 #   BENCH_OUT         directory for the logs (default target/limitador-bench)
@@ -62,6 +66,12 @@ RUNS="${RUNS:-3}"
 CALLS="${CALLS:-100000}"
 WARMUP="${WARMUP:-10000}"
 EXACT="${EXACT:-1}"
+RATE="${RATE:-}"
+pace=()
+if [ -n "$RATE" ]; then
+  [[ "$RATE" =~ ^[1-9][0-9]*$ ]] || fail "RATE must be a whole number of calls a second"
+  pace=(--rate "$RATE")
+fi
 RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 OUT="${BENCH_OUT:-target/limitador-bench}"
 ROWS="${ROWS:-floor funnel-memory limitador-memory funnel-redis limitador-redis limitador-cached}"
@@ -241,7 +251,7 @@ field() { tr ' ' '\n' <<<"$result" | awk -F= -v k="$1" '$1 == k {print $2; exit}
 
 echo "limitador-bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo))"
 [ -z "$limitador" ] || echo "limitador-bench: $("$limitador" --version 2>&1 | head -n 1)"
-echo "limitador-bench: $CALLS calls after $WARMUP, 64 in flight over 4 connections, 10000 keys, every call admissible"
+echo "limitador-bench: $CALLS calls after $WARMUP, 64 callers over 4 connections, ${RATE:+$RATE calls/s on a schedule, }10000 keys, every call admissible"
 if needs_redis; then
   start_redis
   redis_url="redis://127.0.0.1:$redis_port/"
@@ -253,7 +263,7 @@ for i in $(seq "$RUNS"); do
   for row in "${rows[@]}"; do
     start_row "$row" "$scratch/open" "$i"
     before=$(cpu_ticks "$server_pid")
-    load "$row#$i" "${metrics[@]}" --requests "$CALLS" --warmup "$WARMUP" --concurrency 64 --connections 4 --keys 10000
+    load "$row#$i" "${metrics[@]}" "${pace[@]}" --requests "$CALLS" --warmup "$WARMUP" --concurrency 64 --connections 4 --keys 10000
     after=$(cpu_ticks "$server_pid")
     rss=$(rss_kib "$server_pid")
     stop "$server_pid"

@@ -8,6 +8,14 @@
 //!   by a count of calls; prints decisions/s and p50/p99/p99.9 latency, and with `--metrics`
 //!   the server's Redis round trips during the run (read from its `/metrics`).
 //!
+//! By default each of the N callers sends its next call as soon as the last is answered (a
+//! closed loop: the server's saturation throughput, and the tail at saturation). With
+//! `--rate R` the calls leave on a schedule, R a second in all (an open loop: two servers'
+//! tails compared at the same load). A caller whose previous call overran its next call's
+//! scheduled time measures that call from the scheduled time, so a stall counts for every
+//! call it delayed (no coordinated omission); a call the timer woke late, after a previous call
+//! that finished in time, is measured from when it was sent.
+//!
 //! The key mix: `--abusive-percent` of the calls go to `--abusive-keys` hot keys (which the
 //! limit soon denies), the rest spread over `--keys` keys.
 
@@ -81,6 +89,18 @@ struct Run {
     /// The server's HTTP address, to read its Redis round trips before and after.
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Calls per second in all, sent on a schedule (an open loop) instead of each as soon as
+    /// the last is answered; the warm-up is not paced.
+    #[arg(long, value_parser = parse_rate)]
+    rate: Option<f64>,
+}
+
+/// A positive, finite rate.
+fn parse_rate(v: &str) -> Result<f64, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .ok_or_else(|| format!("expected calls per second above 0, got {v:?}"))
 }
 
 struct Floor;
@@ -148,6 +168,7 @@ async fn run(args: Run) -> Result<(), String> {
         abusive_keys,
         abusive_percent,
         metrics,
+        rate,
     } = args;
     let mut channels: Vec<Channel> = Vec::new();
     for _ in 0..connections.max(1) {
@@ -182,18 +203,40 @@ async fn run(args: Run) -> Result<(), String> {
         let channels = channels.clone();
         let make = make.clone();
         async move {
-            let per = total / concurrency.max(1) as u64;
+            let callers = concurrency.max(1);
+            let per = total / callers as u64;
+            // Open loop: caller t sends its calls `callers / rate` seconds apart, the callers
+            // staggered so that the calls leave evenly spread.
+            let pace = rate.filter(|_| record).map(|r| {
+                let interval = Duration::from_secs_f64(callers as f64 / r);
+                (interval, Instant::now())
+            });
             let mut tasks = Vec::new();
-            for t in 0..concurrency.max(1) {
+            for t in 0..callers {
                 let mut client = RateLimitServiceClient::new(channels[t % channels.len()].clone());
                 let make = make.clone();
                 tasks.push(tokio::spawn(async move {
                     let mut lat = Vec::with_capacity(if record { per as usize } else { 0 });
                     let (mut ok, mut over, mut failed) = (0u64, 0u64, 0u64);
                     let mut rng = t as u64 + 1;
+                    let mut due =
+                        pace.map(|(interval, t0)| t0 + interval.mul_f64(t as f64 / callers as f64));
                     for _ in 0..per {
                         let r = make(next(&mut rng));
-                        let start = Instant::now();
+                        let start = match (due, pace) {
+                            (Some(at), Some((interval, _))) => {
+                                due = Some(at + interval);
+                                if Instant::now() < at {
+                                    tokio::time::sleep_until(at.into()).await;
+                                    Instant::now()
+                                } else {
+                                    // The previous call overran this one's slot: the wait
+                                    // counts.
+                                    at
+                                }
+                            }
+                            _ => Instant::now(),
+                        };
                         match client.should_rate_limit(r).await {
                             Ok(resp) if resp.get_ref().overall_code == Code::Ok as i32 => ok += 1,
                             Ok(_) => over += 1,

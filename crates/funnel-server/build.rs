@@ -23,6 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // The module tree that nests the packages as protobuf nests them (`src/proto.rs`
+        // includes it), so that no one writes it by hand.
+        .include_file("protos.rs")
         .compile_fds(set)?;
     Ok(())
 }

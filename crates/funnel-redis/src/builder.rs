@@ -24,6 +24,8 @@ pub struct Builder {
     sentinel: Option<String>,
     /// User and password for every Redis server (not the sentinels), over the URLs' own.
     auth: Option<(Option<String>, String)>,
+    /// User and password for the sentinels, over their URLs' own.
+    sentinel_auth: Option<(Option<String>, String)>,
     /// The certificate (PEM) `rediss://` servers are checked against, instead of the system's.
     #[cfg(feature = "tls")]
     tls_root: Option<Vec<u8>>,
@@ -54,6 +56,7 @@ impl RedisLimiter {
             cluster: false,
             sentinel: None,
             auth: None,
+            sentinel_auth: None,
             #[cfg(feature = "tls")]
             tls_root: None,
             quota,
@@ -203,6 +206,15 @@ impl Builder {
     /// the URLs carry (`redis://user:password@host:port/`); the sentinels keep their URLs'.
     pub fn auth(mut self, user: Option<String>, password: impl Into<String>) -> Self {
         self.auth = Some((user, password.into()));
+        self
+    }
+
+    /// The user (`None`: Redis's `default`) and password of the sentinels themselves
+    /// ([`sentinel`](Self::sentinel)), over those their URLs carry, for sentinels that require
+    /// a password of their own (`requirepass` in sentinel mode). The primary's credentials are
+    /// not taken from these: they stay [`auth`](Self::auth)'s, else the first sentinel URL's.
+    pub fn sentinel_auth(mut self, user: Option<String>, password: impl Into<String>) -> Self {
+        self.sentinel_auth = Some((user, password.into()));
         self
     }
 
@@ -454,11 +466,15 @@ impl Builder {
         let mut sentinels = Vec::with_capacity(self.urls.len());
         let mut first = None;
         for url in &self.urls {
-            let info = url
+            let mut info = url
                 .as_str()
                 .into_connection_info()
                 .map_err(Error::InvalidUrl)?;
             first.get_or_insert_with(|| info.clone());
+            if let Some((user, password)) = &self.sentinel_auth {
+                info.redis.username.clone_from(user);
+                info.redis.password = Some(password.clone());
+            }
             sentinels.push(self.client(info)?);
         }
         let first = first.ok_or_else(|| Error::InvalidSetting {

@@ -127,6 +127,10 @@ struct Args {
     /// `password` or `user:password` for every Redis server.
     #[arg(long)]
     redis_auth: Option<String>,
+    /// `password` or `user:password` for the sentinels themselves, with --redis-type sentinel
+    /// (the primary takes --redis-auth).
+    #[arg(long)]
+    redis_sentinel_auth: Option<String>,
     /// Reach every `host:port` of --redis over TLS (`rediss://`).
     #[arg(long)]
     redis_tls: bool,
@@ -433,6 +437,7 @@ impl Args {
             url,
             redis_type: self.redis_type,
             auth: self.redis_auth,
+            sentinel_auth: self.redis_sentinel_auth,
             tls: self.redis_tls,
             tls_ca_cert: self.redis_tls_ca_cert,
             hash_tag: self.redis_hash_tag,

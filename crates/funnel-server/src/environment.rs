@@ -122,7 +122,7 @@ const HARMLESS: [(&str, &str); 20] = [
 
 /// Variables asking for what funnel-server does not do: refused when set (to anything but
 /// their off value, for switches).
-const REFUSED: [(&str, &str); 9] = [
+const REFUSED: [(&str, &str); 8] = [
     ("GRPC_UDS", "gRPC on a Unix socket is not supported"),
     (
         "GRPC_SERVER_USE_TLS",
@@ -148,10 +148,6 @@ const REFUSED: [(&str, &str); 9] = [
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         "Redis TLS always verifies the host name",
-    ),
-    (
-        "REDIS_SENTINEL_AUTH",
-        "a sentinel password is not supported",
     ),
 ];
 
@@ -432,6 +428,13 @@ fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Re
                 out.args
                     .push((vec!["--redis-auth".into(), a.into()], "REDIS_AUTH"));
             }
+            // Read, as there, only for sentinel.
+            if let Some(a) = var("REDIS_SENTINEL_AUTH").filter(|_| kind == "sentinel") {
+                out.args.push((
+                    vec!["--redis-sentinel-auth".into(), a.into()],
+                    "REDIS_SENTINEL_AUTH",
+                ));
+            }
             if tls {
                 out.args.push((vec!["--redis-tls".into()], "REDIS_TLS"));
             }
@@ -705,6 +708,90 @@ mod tests {
         assert_eq!(args, ["--redis", "redis+unix:///run/redis.sock"]);
         let args = from(&[("REDIS_URL", "m,h1:26379"), ("REDIS_TYPE", "SENTINEL")]).unwrap();
         assert_eq!(args, ["--redis", "m,h1:26379", "--redis-type", "sentinel"]);
+    }
+
+    /// The names in backquotes of the README paragraph that starts with `lead`.
+    fn readme_names(lead: &str) -> Vec<String> {
+        let readme = include_str!("../README.md");
+        let start = readme.find(lead).expect("the README's paragraph");
+        let paragraph = readme[start..].split("\n\n").next().unwrap_or_default();
+        paragraph
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|w| {
+                w.chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_' || c == '*')
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_lists_the_refused_and_ignored_variables_as_the_code_has_them() {
+        let refused = readme_names("Refused at start");
+        let mut expected: Vec<&str> = REFUSED.iter().map(|(name, _)| *name).collect();
+        expected.extend(["BACKEND_TYPE", "NEAR_LIMIT_RATIO"]);
+        let mut listed: Vec<&str> = refused.iter().map(String::as_str).collect();
+        listed.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(listed, expected, "README.md, \"Refused at start\"");
+        for name in &refused {
+            if REFUSED.iter().any(|(n, _)| n == name) {
+                let e = from(&[(name.as_str(), "true"), ("REDIS_URL", "h:1")]).unwrap_err();
+                assert_eq!(e.var, name, "{e}");
+            }
+        }
+        let ignored = readme_names("Logged as ignored");
+        for (name, _) in HARMLESS {
+            assert!(
+                ignored.iter().any(|i| i == name
+                    || i.strip_suffix('*')
+                        .is_some_and(|prefix| name.starts_with(prefix))),
+                "README.md, \"Logged as ignored\", lacks {name}"
+            );
+        }
+        for name in &ignored {
+            assert!(
+                HARMLESS.iter().any(|(n, _)| n == name
+                    || name
+                        .strip_suffix('*')
+                        .is_some_and(|prefix| n.starts_with(prefix))),
+                "README.md, \"Logged as ignored\", names {name}, which the code does not ignore"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sentinels_password_is_read_for_sentinel_only() {
+        let sentinel = [
+            ("REDIS_URL", "m,h1:26379"),
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_AUTH", "primary-pw"),
+            ("REDIS_SENTINEL_AUTH", "sentinel-pw"),
+        ];
+        assert_eq!(
+            from(&sentinel).unwrap(),
+            [
+                "--redis",
+                "m,h1:26379",
+                "--redis-type",
+                "sentinel",
+                "--redis-auth",
+                "primary-pw",
+                "--redis-sentinel-auth",
+                "sentinel-pw"
+            ]
+        );
+        let cluster = [
+            ("REDIS_URL", "h1:6379,h2:6379"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_SENTINEL_AUTH", "sentinel-pw"),
+        ];
+        assert_eq!(
+            from(&cluster).unwrap(),
+            ["--redis", "h1:6379,h2:6379", "--redis-type", "cluster"]
+        );
     }
 
     #[test]

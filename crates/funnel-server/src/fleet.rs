@@ -12,7 +12,8 @@
 //!   primary under, then the sentinels.
 //!
 //! `--redis-auth` (envoyproxy's `REDIS_AUTH`) is `password` or `user:password`, for every
-//! server (over a URL's own credentials; a sentinel URL keeps its own). `--redis-tls`
+//! server (over a URL's own credentials). The sentinels take `--redis-sentinel-auth`
+//! (`REDIS_SENTINEL_AUTH`), of the same form, over their URLs' own. `--redis-tls`
 //! (`REDIS_TLS`) turns a `host:port` into `rediss://host:port`; `--redis-tls-ca-cert`
 //! (`REDIS_TLS_CACERT`) names the certificate authority to trust instead of the system's.
 
@@ -56,6 +57,14 @@ fn url_of(endpoint: &str, tls: bool) -> String {
     }
 }
 
+/// `password` or `user:password` as a user (`None`: Redis's `default`) and a password.
+fn credentials(auth: &str) -> (Option<String>, &str) {
+    match auth.split_once(':') {
+        Some((user, password)) => (Some(user.to_owned()), password),
+        None => (None, auth),
+    }
+}
+
 /// The comma-separated endpoints of `--redis`, trimmed, none empty.
 fn endpoints(list: &str) -> Result<Vec<&str>, String> {
     let items: Vec<&str> = list.split(',').map(str::trim).collect();
@@ -76,6 +85,9 @@ pub fn builder(
 ) -> Result<funnel_redis::Builder, String> {
     let tls = settings.tls;
     let items = endpoints(&settings.url)?;
+    if settings.sentinel_auth.is_some() && settings.redis_type != RedisType::Sentinel {
+        return Err("--redis-sentinel-auth: only with --redis-type sentinel".into());
+    }
     let mut builder = match settings.redis_type {
         RedisType::Single => {
             let [one] = items.as_slice() else {
@@ -101,7 +113,12 @@ pub fn builder(
                 );
             }
             let urls: Vec<String> = sentinels.iter().map(|i| url_of(i, tls)).collect();
-            funnel_redis::RedisLimiter::builder(urls[0].clone(), quota).sentinel(*master, urls)
+            let b =
+                funnel_redis::RedisLimiter::builder(urls[0].clone(), quota).sentinel(*master, urls);
+            match settings.sentinel_auth.as_deref().map(credentials) {
+                Some((user, password)) => b.sentinel_auth(user, password),
+                None => b,
+            }
         }
     };
     if let Some(path) = &settings.tls_ca_cert {
@@ -109,11 +126,8 @@ pub fn builder(
             .map_err(|e| format!("--redis-tls-ca-cert {}: {e}", path.display()))?;
         builder = builder.tls_root_certificate(pem);
     }
-    if let Some(auth) = &settings.auth {
-        builder = match auth.split_once(':') {
-            Some((user, password)) => builder.auth(Some(user.to_owned()), password),
-            None => builder.auth(None, auth.as_str()),
-        };
+    if let Some((user, password)) = settings.auth.as_deref().map(credentials) {
+        builder = builder.auth(user, password);
     }
     Ok(builder)
 }

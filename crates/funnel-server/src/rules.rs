@@ -385,6 +385,9 @@ pub struct RedisSettings {
     pub redis_type: crate::fleet::RedisType,
     /// `password` or `user:password` for every server (`--redis-auth`, `REDIS_AUTH`).
     pub auth: Option<String>,
+    /// `password` or `user:password` for the sentinels (`--redis-sentinel-auth`,
+    /// `REDIS_SENTINEL_AUTH`).
+    pub sentinel_auth: Option<String>,
     /// `rediss://` for every `host:port` of `url` (`--redis-tls`, `REDIS_TLS`).
     pub tls: bool,
     /// The certificate authority (PEM file) TLS servers must chain to, instead of the system's

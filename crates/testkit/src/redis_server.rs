@@ -388,6 +388,16 @@ impl RedisSentinel {
     ///
     /// When a server does not start or the group does not form within 20 s.
     pub fn start() -> Result<RedisSentinel, String> {
+        Self::start_with_sentinel_password(None)
+    }
+
+    /// As [`start`](Self::start), the sentinel requiring `password` of its clients
+    /// (`requirepass` in sentinel mode) when given; the primary and replica require none.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with_sentinel_password(password: Option<&str>) -> Result<RedisSentinel, String> {
         let primary = RedisServer::start()?;
         let port = primary.port().to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])?;
@@ -406,7 +416,11 @@ impl RedisSentinel {
              sentinel down-after-milliseconds {name} 1000\n\
              sentinel failover-timeout {name} 5000\n"
         );
-        let sentinel = RedisServer::start_configured(Some(&config), &["--sentinel"])?;
+        let mut args = vec!["--sentinel"];
+        if let Some(password) = password {
+            args.extend(["--requirepass", password]);
+        }
+        let sentinel = RedisServer::start_configured(Some(&config), &args)?;
         wait_for(
             Duration::from_secs(20),
             "the sentinel to see the replica",

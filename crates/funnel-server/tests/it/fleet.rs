@@ -239,6 +239,46 @@ async fn a_fleet_through_sentinel_admits_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_that_require_a_password_are_asked_with_redis_sentinel_auth() {
+    if !funnel_testkit::redis_server::available_or_skip() {
+        return;
+    }
+    let group = RedisSentinel::start_with_sentinel_password(Some("pw-for-sentinels"))
+        .unwrap_or_else(|e| panic!("a sentinel group: {e}"));
+    let dir = scratch("sentinel-auth");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let url = format!(
+        "{},127.0.0.1:{}",
+        RedisSentinel::MASTER_NAME,
+        group.sentinel_port()
+    );
+    let common = [
+        "--no-watch",
+        "--redis-type",
+        "sentinel",
+        "--redis",
+        &url,
+        "--redis-timeout-ms",
+        "5000",
+    ];
+    let e = Server::try_start(&path, &common)
+        .err()
+        .expect("the sentinel refuses a client without its password");
+    assert!(e.to_lowercase().contains("redis"), "{e}");
+    let with: Vec<&str> = common
+        .iter()
+        .copied()
+        .chain(["--redis-sentinel-auth", "pw-for-sentinels"])
+        .collect();
+    let s = Server::start(&path, &with);
+    let mut c = s.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "p")]), 12).await,
+        10
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_auth_opens_a_server_that_requires_a_password() {
     let Some(redis) = server_with(&["--requirepass", "pw-for-fleet"]) else {
         return;

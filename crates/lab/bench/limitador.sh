@@ -31,7 +31,7 @@
 # refill; a server that counts exactly admits 10 x 100 = 1,000. The table gives each row's
 # admitted calls and the difference (over-admission when positive).
 #
-# Targets (issue 44): funnel-server's p99.9 no worse than limitador-server's on the same run
+# Targets: funnel-server's p99.9 no worse than limitador-server's on the same run
 # (memory against memory, Redis against Redis), and funnel-server's CPU per call within 10% of
 # the floor's. The script prints both checks from the medians.
 #

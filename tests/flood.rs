@@ -17,9 +17,8 @@
 //! debt (forcing evictions, refusals or untracked admissions) and the next one finds them all
 //! recovered.
 //!
-//! The ten-million-key runs take a few seconds in release and far too long in debug, so debug
-//! builds skip them (`cargo test --release --test flood` runs them, as CI does); a 300,000-key
-//! run of the same checks runs in both.
+//! The three runs take seconds in release and about half a minute together in debug, where
+//! they run too: arithmetic overflow panics there.
 
 use std::sync::Mutex;
 use std::thread;
@@ -185,28 +184,18 @@ fn flood(when_full: WhenFull, keys: u64) {
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "10 million keys: run in release")]
 fn ten_million_new_keys_evict_flood_keys_never_the_limited_one_and_memory_stays_flat() {
     flood(WhenFull::Evict, 10 * MILLION);
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "10 million keys: run in release")]
 fn ten_million_new_keys_are_turned_away_when_full_and_memory_stays_flat() {
     flood(WhenFull::Deny, 10 * MILLION);
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "10 million keys: run in release")]
 fn ten_million_new_keys_pass_untracked_when_full_and_memory_stays_flat() {
     flood(WhenFull::Allow, 10 * MILLION);
-}
-
-#[test]
-fn a_smaller_flood_keeps_the_same_promises_under_every_policy() {
-    for when_full in [WhenFull::Evict, WhenFull::Deny, WhenFull::Allow] {
-        flood(when_full, 300_000);
-    }
 }
 
 /// Memory per key: a 128-byte bucket per seven slots (18.3 bytes a slot: fingerprint, funnel

@@ -17,7 +17,7 @@
 #     on another key's (a collision with the churn) would show as a mismatch.
 #
 #   bash crates/lab/bench/soak.sh                      # 10 minutes
-#   SOAK_SECONDS=30 bash crates/lab/bench/soak.sh      # as CI runs it
+#   SOAK_SECONDS=20 bash crates/lab/bench/soak.sh      # as CI runs it
 #
 #   SOAK_SECONDS     load duration (default 600)
 #   WARMUP_SECONDS   memory baseline taken this long after the load starts (default: a third

@@ -19,9 +19,8 @@
 #
 # `--check` fuzzes nothing: it only checks, on the default (stable) toolchain, that every fuzz
 # target of every workspace in FUZZ_DIRS builds (`cargo check`, in the workspace's target
-# directory, where each fuzz workspace reuses what checking the crates alone left: the crates'
-# dependencies resolved without the rest of the workspace's features). CI runs this, as a few
-# seconds of fuzzing a target would find little and cost minutes of builds.
+# directory, beside what clippy checked). CI runs this, as a few seconds of fuzzing a target
+# would find little and cost minutes of builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_DIRS="${FUZZ_DIRS:-fuzz crates/funnel-tower/fuzz crates/funnel-redis/fuzz crates/funnel-server/fuzz}"

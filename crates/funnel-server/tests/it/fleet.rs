@@ -195,27 +195,33 @@ async fn eight_instances_on_a_cluster_with_the_domain_hash_tag_charge_nothing_fo
     .await;
 }
 
+/// envoyproxy/ratelimit's REDIS_URL for sentinel (`master_name,host:port`): `group`'s.
+fn sentinel_url(group: &RedisSentinel) -> String {
+    format!(
+        "{},127.0.0.1:{}",
+        RedisSentinel::MASTER_NAME,
+        group.sentinel_port()
+    )
+}
+
+/// The flags of a server that finds its primary through the sentinel of `url`, with the
+/// sentinel's own password when given.
+fn through_sentinel<'a>(url: &'a str, sentinel_password: Option<&'a str>) -> Vec<&'a str> {
+    let mut args = vec!["--no-watch", "--redis-type", "sentinel", "--redis", url];
+    args.extend(["--redis-timeout-ms", "5000"]);
+    if let Some(password) = sentinel_password {
+        args.extend(["--redis-sentinel-auth", password]);
+    }
+    args
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_through_sentinel_admits_exactly_the_limit() {
     let Some(group) = sentinel() else { return };
     let dir = scratch("sentinel");
     let path = write_config(&dir, "fleet.yaml", CONFIG);
-    // envoyproxy/ratelimit's REDIS_URL for sentinel: master_name,host:port.
-    let url = format!(
-        "{},127.0.0.1:{}",
-        RedisSentinel::MASTER_NAME,
-        group.sentinel_port()
-    );
-    let common = [
-        "--no-watch",
-        "--redis-type",
-        "sentinel",
-        "--redis",
-        &url,
-        "--redis-timeout-ms",
-        "5000",
-    ];
-    let s = Server::start(&path, &common);
+    let url = sentinel_url(&group);
+    let s = Server::start(&path, &through_sentinel(&url, None));
     let mut c = s.client().await;
     let d = desc(&[("client", "s")]);
     assert_eq!(admitted(&mut c, "fleet", &d, 15).await, 10);
@@ -247,30 +253,12 @@ async fn sentinels_that_require_a_password_are_asked_with_redis_sentinel_auth() 
         .unwrap_or_else(|e| panic!("a sentinel group: {e}"));
     let dir = scratch("sentinel-auth");
     let path = write_config(&dir, "fleet.yaml", CONFIG);
-    let url = format!(
-        "{},127.0.0.1:{}",
-        RedisSentinel::MASTER_NAME,
-        group.sentinel_port()
-    );
-    let common = [
-        "--no-watch",
-        "--redis-type",
-        "sentinel",
-        "--redis",
-        &url,
-        "--redis-timeout-ms",
-        "5000",
-    ];
-    let e = Server::try_start(&path, &common)
+    let url = sentinel_url(&group);
+    let e = Server::try_start(&path, &through_sentinel(&url, None))
         .err()
         .expect("the sentinel refuses a client without its password");
     assert!(e.to_lowercase().contains("redis"), "{e}");
-    let with: Vec<&str> = common
-        .iter()
-        .copied()
-        .chain(["--redis-sentinel-auth", "pw-for-sentinels"])
-        .collect();
-    let s = Server::start(&path, &with);
+    let s = Server::start(&path, &through_sentinel(&url, Some("pw-for-sentinels")));
     let mut c = s.client().await;
     assert_eq!(
         admitted(&mut c, "fleet", &desc(&[("client", "p")]), 12).await,

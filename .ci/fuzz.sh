@@ -18,9 +18,9 @@
 # tests/fuzz_regressions/<target>/.
 #
 # `--check` fuzzes nothing: it only checks, on the default (stable) toolchain, that every fuzz
-# target of every workspace in FUZZ_DIRS builds (`cargo check`, in the workspace's target
-# directory, beside what clippy checked). CI runs this, as a few seconds of fuzzing a target
-# would find little and cost minutes of builds.
+# target of every workspace in FUZZ_DIRS builds (`cargo check`, in target/fuzz-check, so that
+# it runs beside the workspace's own builds). CI runs this, as a few seconds of fuzzing a
+# target would find little and cost minutes of builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_DIRS="${FUZZ_DIRS:-fuzz crates/funnel-tower/fuzz crates/funnel-redis/fuzz crates/funnel-server/fuzz}"
@@ -28,7 +28,7 @@ FUZZ_DIRS="${FUZZ_DIRS:-fuzz crates/funnel-tower/fuzz crates/funnel-redis/fuzz c
 if [ "${1:-}" = --check ]; then
   for dir in $FUZZ_DIRS; do
     echo "fuzz: checking the targets of $dir"
-    CARGO_TARGET_DIR="$PWD/target" cargo check --locked --quiet \
+    CARGO_TARGET_DIR="$PWD/target/fuzz-check" cargo check --locked --quiet \
       --manifest-path "$dir/Cargo.toml" --bins
   done
   echo "fuzz: every target of $FUZZ_DIRS builds"

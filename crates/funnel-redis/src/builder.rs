@@ -452,10 +452,7 @@ impl Builder {
                     .as_str()
                     .into_connection_info()
                     .map_err(Error::InvalidUrl)?;
-                if let Some((user, password)) = &self.auth {
-                    info.redis.username.clone_from(user);
-                    info.redis.password = Some(password.clone());
-                }
+                overlay(&mut info.redis, self.auth.as_ref());
                 Ok(info)
             })
             .collect()
@@ -471,10 +468,7 @@ impl Builder {
                 .into_connection_info()
                 .map_err(Error::InvalidUrl)?;
             first.get_or_insert_with(|| info.clone());
-            if let Some((user, password)) = &self.sentinel_auth {
-                info.redis.username.clone_from(user);
-                info.redis.password = Some(password.clone());
-            }
+            overlay(&mut info.redis, self.sentinel_auth.as_ref());
             sentinels.push(self.client(info)?);
         }
         let first = first.ok_or_else(|| Error::InvalidSetting {
@@ -488,10 +482,7 @@ impl Builder {
             });
         }
         let mut settings = first.redis.clone();
-        if let Some((user, password)) = &self.auth {
-            settings.username.clone_from(user);
-            settings.password = Some(password.clone());
-        }
+        overlay(&mut settings, self.auth.as_ref());
         Ok(Target::Sentinel(std::sync::Arc::new(
             crate::link::Sentinel {
                 master: master.to_owned(),
@@ -504,5 +495,17 @@ impl Builder {
                 config: self.manager_config(),
             },
         )))
+    }
+}
+
+/// `credentials` (a user, `None` for Redis's `default`, and a password), when given, over those
+/// `settings` took from a URL.
+fn overlay(
+    settings: &mut redis::RedisConnectionInfo,
+    credentials: Option<&(Option<String>, String)>,
+) {
+    if let Some((user, password)) = credentials {
+        settings.username.clone_from(user);
+        settings.password = Some(password.clone());
     }
 }

@@ -3,11 +3,10 @@
 //! names received on a UDP socket of the test's.
 
 use std::net::UdpSocket;
-use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-const CONFIG: &str = "domain: shop
+pub const CONFIG: &str = "domain: shop
 descriptors:
   - key: client
     rate_limit: {unit: minute, requests_per_unit: 2}
@@ -87,24 +86,6 @@ async fn the_exposition_parses_with_help_and_type_on_every_family() {
         value("ratelimit_service_rate_limit_total_hits_total", &nested),
         0.0
     );
-}
-
-/// Reads datagrams from `socket` until every line of `want` has arrived, at most 10 s; the
-/// lines received.
-fn receive_until(socket: &UdpSocket, want: &[&str]) -> Vec<String> {
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    let mut lines: Vec<String> = Vec::new();
-    let mut buf = [0u8; 65_536];
-    while Instant::now() < end && !want.iter().all(|w| lines.iter().any(|l| l == w)) {
-        if let Ok(n) = socket.recv(&mut buf) {
-            let text = std::str::from_utf8(&buf[..n]).expect("statsd lines are text");
-            lines.extend(text.lines().map(str::to_owned));
-        }
-    }
-    lines
 }
 
 #[tokio::test]

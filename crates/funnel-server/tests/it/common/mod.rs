@@ -2,7 +2,7 @@
 //! loopback ports, a tonic client, requests built in one line, a plain HTTP/1.1 client.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -307,4 +307,22 @@ pub async fn admitted(
         }
     }
     ok
+}
+
+/// Reads datagrams from `socket` (a statsd or DogStatsD receiver) until every line of `want`
+/// has arrived, at most 10 s; the lines received.
+pub fn receive_until(socket: &UdpSocket, want: &[&str]) -> Vec<String> {
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut lines: Vec<String> = Vec::new();
+    let mut buf = [0u8; 65_536];
+    while Instant::now() < end && !want.iter().all(|w| lines.iter().any(|l| l == w)) {
+        if let Ok(n) = socket.recv(&mut buf) {
+            let text = std::str::from_utf8(&buf[..n]).expect("statsd lines are text");
+            lines.extend(text.lines().map(str::to_owned));
+        }
+    }
+    lines
 }

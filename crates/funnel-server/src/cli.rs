@@ -13,9 +13,10 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use crate::answers::{Answers, LimitHeaders};
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};
+use crate::mogrifier::{self, MogrifierError};
 use crate::rules::RedisSettings;
 use crate::server::{run, Options, Source};
-use crate::statsd::Statsd;
+use crate::statsd::{Dialect, Statsd};
 use crate::xds::{self, XdsOptions};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -117,6 +118,22 @@ struct Args {
     /// Tags added to every statsd statistic: `tag:value,tag:value`.
     #[arg(long, value_parser = parse_tags)]
     extra_tags: Option<Tags>,
+    /// Write --statsd's lines as DogStatsD, for Datadog's agent: the extra tags as tags
+    /// (`name:1|c|#tag:value`), names rewritten by the mogrifiers (envoyproxy's
+    /// USE_DOG_STATSD).
+    #[arg(long, requires = "statsd")]
+    dogstatsd: bool,
+    /// A DogStatsD mogrifier, repeatable, tried in order: a statistic whose name PATTERN (a
+    /// regular expression) matches is sent as NAME with TAGS (`tag:value,...`; empty for
+    /// none), `$1`, `$2`, ... the pattern's groups [default: from envoyproxy's
+    /// USE_DOG_STATSD_MOGRIFIERS].
+    #[arg(
+        long,
+        num_args = 3,
+        value_names = ["PATTERN", "NAME", "TAGS"],
+        requires = "dogstatsd"
+    )]
+    dogstatsd_mogrifier: Vec<String>,
     /// Count in Redis, shared by every instance pointed at it (redis://host:port/).
     #[arg(long)]
     redis: Option<String>,
@@ -415,8 +432,39 @@ fn source(args: &Args) -> Result<Source, String> {
     })))
 }
 
+/// How statsd's lines are written: DogStatsD with --dogstatsd, its mogrifiers from
+/// --dogstatsd-mogrifier or, when none is given, from envoyproxy/ratelimit's variables (read
+/// through `env`): flags win.
+fn dialect(args: &Args, env: impl Fn(&str) -> Option<String>) -> Result<Dialect, MogrifierError> {
+    let listed = env(mogrifier::LIST).is_some_and(|v| !v.trim().is_empty());
+    if !args.dogstatsd {
+        if listed {
+            tracing::info!(
+                variable = mogrifier::LIST,
+                "ignored: read only with USE_DOG_STATSD (--dogstatsd)"
+            );
+        }
+        return Ok(Dialect::Statsd);
+    }
+    let mogrifiers = if args.dogstatsd_mogrifier.is_empty() {
+        mogrifier::from_environment(env)?
+    } else {
+        if listed {
+            tracing::info!(
+                variable = mogrifier::LIST,
+                "ignored: --dogstatsd-mogrifier is given"
+            );
+        }
+        args.dogstatsd_mogrifier
+            .chunks(3)
+            .map(mogrifier::from_flag)
+            .collect::<Result<_, _>>()?
+    };
+    Ok(Dialect::DogStatsd { mogrifiers })
+}
+
 impl Args {
-    fn into_options(self, source: Source) -> Options {
+    fn into_options(self, source: Source, dialect: Dialect) -> Options {
         let on_failure = match self.on_redis_failure {
             OnRedisFailure::Open => funnel_redis::OnFailure::Open,
             OnRedisFailure::Closed => funnel_redis::OnFailure::Closed,
@@ -432,6 +480,7 @@ impl Args {
             target,
             flush_interval: self.stats_flush_interval,
             extra_tags: self.extra_tags.map(|t| t.0).unwrap_or_default(),
+            dialect,
         });
         opts.redis = self.redis.map(|url| RedisSettings {
             url,
@@ -537,6 +586,16 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let dialect = match dialect(&args, |name| std::env::var(name).ok()) {
+        Ok(d) => d,
+        Err(e) => {
+            match std::error::Error::source(&e) {
+                Some(why) => eprintln!("funnel-server: {e}: {why}"),
+                None => eprintln!("funnel-server: {e}"),
+            }
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -544,7 +603,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args.into_options(source))) {
+    match runtime.block_on(run(args.into_options(source, dialect))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let mut message = e.to_string();
@@ -562,6 +621,51 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(flags: &[&str]) -> Args {
+        let mut all = vec!["funnel-server", "--config", "rules"];
+        all.extend(flags);
+        Args::try_parse_from(all).expect("the flags parse")
+    }
+
+    /// envoyproxy/ratelimit's variables for one mogrifier, `NAMED`.
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "USE_DOG_STATSD_MOGRIFIERS" => Some("NAMED".into()),
+            "DOG_STATSD_MOGRIFIER_NAMED_PATTERN" => Some("^from-env$".into()),
+            "DOG_STATSD_MOGRIFIER_NAMED_NAME" => Some("n".into()),
+            _ => None,
+        }
+    }
+
+    fn patterns(d: Dialect) -> Vec<String> {
+        match d {
+            Dialect::DogStatsd { mogrifiers } => {
+                mogrifiers.iter().map(|m| m.pattern().to_owned()).collect()
+            }
+            Dialect::Statsd => panic!("plain statsd"),
+        }
+    }
+
+    #[test]
+    fn mogrifier_flags_win_over_the_environment() {
+        let dog = ["--statsd", "h:1", "--dogstatsd"];
+        assert_eq!(
+            patterns(dialect(&parse(&dog), env).unwrap()),
+            ["^from-env$"]
+        );
+        let first = ["--dogstatsd-mogrifier", "^a$", "x", ""];
+        let second = ["--dogstatsd-mogrifier", "^b$", "y", "t:$0"];
+        let flagged = [&dog[..], &first, &second].concat();
+        assert_eq!(
+            patterns(dialect(&parse(&flagged), env).unwrap()),
+            ["^a$", "^b$"]
+        );
+        // Without --dogstatsd the mogrifiers are not read, and plain statsd stays.
+        let plain = dialect(&parse(&["--statsd", "h:1"]), env).unwrap();
+        assert_eq!(plain, Dialect::Statsd);
+        assert!(Args::try_parse_from(["funnel-server", "--dogstatsd"]).is_err());
+    }
 
     #[test]
     fn header_names_are_tokens() {

@@ -49,7 +49,7 @@ impl fmt::Display for EnvError {
 impl std::error::Error for EnvError {}
 
 /// Variables whose only effect is on envoyproxy/ratelimit's own machinery: ignored, logged.
-const HARMLESS: [(&str, &str); 20] = [
+const HARMLESS: [(&str, &str); 19] = [
     ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
     (
         "GRPC_MAX_CONNECTION_AGE_GRACE",
@@ -114,23 +114,15 @@ const HARMLESS: [(&str, &str); 20] = [
         "MEMCACHE_SRV",
         "read only with BACKEND_TYPE=memcache, which is refused",
     ),
-    (
-        "USE_DOG_STATSD_MOGRIFIERS",
-        "read only with USE_DOG_STATSD, which is refused",
-    ),
 ];
 
 /// Variables asking for what funnel-server does not do: refused when set (to anything but
 /// their off value, for switches).
-const REFUSED: [(&str, &str); 8] = [
+const REFUSED: [(&str, &str); 7] = [
     ("GRPC_UDS", "gRPC on a Unix socket is not supported"),
     (
         "GRPC_SERVER_USE_TLS",
         "gRPC over TLS is not supported: terminate TLS in front",
-    ),
-    (
-        "USE_DOG_STATSD",
-        "DogStatsD is not supported (plain statsd and Prometheus are)",
     ),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -497,12 +489,26 @@ fn statistics(
         Some(v) => switch("USE_PROMETHEUS", &v)?,
         None => false,
     };
+    let dogstatsd = match var("USE_DOG_STATSD") {
+        Some(v) => switch("USE_DOG_STATSD", &v)?,
+        None => false,
+    };
+    let statsd_asked = match var("USE_STATSD") {
+        Some(v) => Some(switch("USE_STATSD", &v)?),
+        None => None,
+    };
+    // DogStatsD goes to STATSD_HOST:STATSD_PORT too, so envoyproxy/ratelimit takes one or the
+    // other: plain statsd asked for beside it is refused, left unset it is off (statistics
+    // disabled, neither is read).
+    if dogstatsd && statsd_asked == Some(true) && !disabled {
+        return Err(EnvError {
+            var: "USE_DOG_STATSD",
+            reason: "USE_STATSD=true too: both send to STATSD_HOST:STATSD_PORT, set one".into(),
+        });
+    }
     // envoyproxy/ratelimit sends to statsd unless told not to (and refuses statsd beside
     // Prometheus); as envoyproxy, the same.
-    let statsd = match var("USE_STATSD") {
-        Some(v) => switch("USE_STATSD", &v)?,
-        None => envoy_mode && !prometheus,
-    };
+    let statsd = dogstatsd || statsd_asked.unwrap_or(envoy_mode && !prometheus);
     if statsd && !disabled {
         let host = var("STATSD_HOST").unwrap_or_else(|| "localhost".into());
         let port = var("STATSD_PORT").unwrap_or_else(|| "8125".into());
@@ -514,6 +520,10 @@ fn statistics(
             vec!["--statsd".into(), join_host_port(&host, port).into()],
             "USE_STATSD/STATSD_HOST/STATSD_PORT",
         ));
+        if dogstatsd {
+            out.args
+                .push((vec!["--dogstatsd".into()], "USE_DOG_STATSD"));
+        }
         if let Some(i) = var("STATS_FLUSH_INTERVAL") {
             go_duration(&i).map_err(|reason| EnvError {
                 var: "STATS_FLUSH_INTERVAL",
@@ -798,7 +808,6 @@ mod tests {
     fn unsupported_variables_are_refused_by_name() {
         for (k, v) in [
             ("BACKEND_TYPE", "memcache"),
-            ("USE_DOG_STATSD", "true"),
             ("NEAR_LIMIT_RATIO", "0.9"),
             ("REDIS_TYPE", "ring"),
             ("CONFIG_TYPE", "ETCD"),
@@ -809,7 +818,53 @@ mod tests {
             let e = from(&vars).unwrap_err();
             assert_eq!(e.var, k, "{e}");
         }
-        assert!(from(&[("USE_DOG_STATSD", "false")]).is_ok());
+    }
+
+    #[test]
+    fn dogstatsd_goes_to_the_statsd_address() {
+        let args = from(&[
+            ("USE_DOG_STATSD", "true"),
+            ("STATSD_HOST", "agent"),
+            ("STATSD_PORT", "8126"),
+            ("EXTRA_TAGS", "a:1"),
+            // Read by the command line, which knows whether a flag gave mogrifiers.
+            ("USE_DOG_STATSD_MOGRIFIERS", "HITS"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--statsd",
+                "agent:8126",
+                "--dogstatsd",
+                "--extra-tags",
+                "a:1"
+            ]
+        );
+        // As envoyproxy/ratelimit, where plain statsd is on by default: off beside DogStatsD
+        // unless asked for, and refused when it is.
+        let envoy = [("RUNTIME_ROOT", "/data"), ("USE_DOG_STATSD", "true")];
+        let args = from(&envoy).unwrap();
+        assert!(
+            args.windows(3)
+                .any(|w| w == ["--statsd", "localhost:8125", "--dogstatsd"]),
+            "{args:?}"
+        );
+        assert_eq!(args.iter().filter(|a| *a == "--statsd").count(), 1);
+        let e = from(&[("USE_DOG_STATSD", "true"), ("USE_STATSD", "true")]).unwrap_err();
+        assert_eq!(e.var, "USE_DOG_STATSD", "{e}");
+        let args = from(&[("USE_DOG_STATSD", "true"), ("USE_STATSD", "false")]).unwrap();
+        assert_eq!(args, ["--statsd", "localhost:8125", "--dogstatsd"]);
+        // Switched off, or with statistics disabled: nothing.
+        assert!(from(&[("USE_DOG_STATSD", "false")]).unwrap().is_empty());
+        let off = [
+            ("USE_DOG_STATSD", "true"),
+            ("USE_STATSD", "true"),
+            ("DISABLE_STATS", "true"),
+        ];
+        assert!(from(&off).unwrap().is_empty());
+        let e = from(&[("USE_DOG_STATSD", "yes")]).unwrap_err();
+        assert_eq!(e.var, "USE_DOG_STATSD", "{e}");
     }
 
     #[test]

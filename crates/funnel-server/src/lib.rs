@@ -13,7 +13,8 @@
 //! `decide`: a request is checked (`limits`), each descriptor matched to a rule (`rules`),
 //! the counted ones charged together (`store`, [`funnel::check_all`]), and the response
 //! built. `grpc` and `http` are thin doors onto it; `reload` swaps the rules while requests
-//! flow; `config` reads the YAML; `stats` counts, and `metrics`, `statsd` and `debug` report.
+//! flow; `config` reads the YAML; `stats` counts, and `metrics`, `statsd` and `debug` report
+//! (`statsd` in DogStatsD too: `dogstatsd` writes its lines, `mogrifier` its names and tags).
 //! `answers` holds envoyproxy/ratelimit's answer switches (shadow and quota modes, limit
 //! headers, per-descriptor charging) and `dynamic_metadata` the response's metadata;
 //! `forward_auth` serves nginx, Caddy and Traefik; `xds` takes the configuration from an xDS
@@ -25,6 +26,7 @@ mod clock;
 mod config;
 mod debug;
 mod decide;
+mod dogstatsd;
 mod dynamic_metadata;
 mod environment;
 mod error;
@@ -38,6 +40,7 @@ mod http;
 mod json;
 mod limits;
 mod metrics;
+mod mogrifier;
 mod proto;
 mod reload;
 mod rules;
@@ -52,7 +55,8 @@ pub use cli::main;
 pub use error::Error;
 pub use fleet::{HashTag, RedisType};
 pub use funnel_redis::OnFailure;
+pub use mogrifier::{Mogrifier, MogrifierError};
 pub use rules::RedisSettings;
 pub use server::{run, Options, Source};
-pub use statsd::Statsd;
+pub use statsd::{Dialect, Statsd};
 pub use xds::{Backoff, Tls, XdsOptions};

@@ -15,6 +15,9 @@
 //! Names are cleaned as envoyproxy/ratelimit cleans them (`:` and `|` become `_`, and so do the
 //! dots of an IPv4 address). Extra tags are appended to every name as `.__<tag>=<value>`, the
 //! way envoyproxy/ratelimit's statistics library writes tags for plain statsd.
+//!
+//! In the DogStatsD dialect the same increases go as `crate::dogstatsd` writes them: tags as
+//! tags, names rewritten by the mogrifiers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::decide::Decider;
+use crate::mogrifier::Mogrifier;
 use crate::stats::{RULE_STATS, SERVER_STATS};
 
 /// Where and how often statistics go to statsd.
@@ -36,6 +40,22 @@ pub struct Statsd {
     pub flush_interval: Duration,
     /// Tags added to every statistic, as `(tag, value)`.
     pub extra_tags: Vec<(String, String)>,
+    /// How the lines are written.
+    pub dialect: Dialect,
+}
+
+/// How the lines sent are written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// Plain statsd: `name.__tag=value:delta|c`.
+    #[default]
+    Statsd,
+    /// Datadog's DogStatsD: `name:delta|c|#tag:value,...`, each name rewritten by the first
+    /// of the mogrifiers that matches it (envoyproxy/ratelimit's `USE_DOG_STATSD`).
+    DogStatsd {
+        /// Tried in order.
+        mogrifiers: Vec<Mogrifier>,
+    },
 }
 
 /// The most bytes of lines in one datagram: below the 1500-byte Ethernet MTU less the IP and
@@ -81,7 +101,7 @@ pub(crate) fn spawn(
                 _ = ticks.tick() => false,
                 _ = stop.wait_for(|s| *s) => true,
             };
-            let lines = increases(&decider, &settings.extra_tags, &mut sent);
+            let lines = increases(&decider, &settings, &mut sent);
             for datagram in pack(&lines) {
                 match socket.send(datagram.as_bytes()).await {
                     Ok(_) => failing = false,
@@ -133,14 +153,10 @@ pub(crate) fn totals(decider: &Decider) -> Vec<(String, u64)> {
     out
 }
 
-/// The statsd lines of what moved since `sent` (which it updates): `name:delta|c`.
-fn increases(
-    decider: &Decider,
-    tags: &[(String, String)],
-    sent: &mut HashMap<String, u64>,
-) -> Vec<String> {
+/// The lines of what moved since `sent` (which it updates), in `settings`' dialect.
+fn increases(decider: &Decider, settings: &Statsd, sent: &mut HashMap<String, u64>) -> Vec<String> {
     let mut suffix = String::new();
-    for (tag, value) in tags {
+    for (tag, value) in &settings.extra_tags {
         suffix.push_str(&format!(".__{}={}", sanitize(tag), sanitize(value)));
     }
     let mut lines = Vec::new();
@@ -153,7 +169,12 @@ fn increases(
             total
         };
         if delta > 0 {
-            lines.push(format!("{name}{suffix}:{delta}|c"));
+            lines.push(match &settings.dialect {
+                Dialect::Statsd => format!("{name}{suffix}:{delta}|c"),
+                Dialect::DogStatsd { mogrifiers } => {
+                    crate::dogstatsd::line(&name, delta, &settings.extra_tags, mogrifiers)
+                }
+            });
         }
     }
     lines

@@ -174,7 +174,6 @@ fn a_variable_it_cannot_honour_refuses_the_start_by_name() {
     let root_s = root.to_string_lossy().into_owned();
     for (var, value) in [
         ("BACKEND_TYPE", "memcache"),
-        ("USE_DOG_STATSD", "true"),
         ("GRPC_UDS", "/run/ratelimit.sock"),
         ("NEAR_LIMIT_RATIO", "0.5"),
     ] {

@@ -5,7 +5,7 @@
 //! The answers of envoyproxy/ratelimit (`answers`, `grpc`); its configuration features
 //! (`configuration`), environment (`environment`) and migration guide (`migration`);
 //! configuration over xDS (`xds`); an independent Envoy client (`envoy_data_plane`); running
-//! the server (`operate`, `metrics`, `nodelay`); fleet mode on Redis (`fleet`); the
+//! the server (`operate`, `metrics`, `dogstatsd`, `nodelay`); fleet mode on Redis (`fleet`); the
 //! forward-auth endpoint, directly and behind nginx and Caddy (`forward_auth`,
 //! `forward_auth_proxies`); and the fuzz bodies on stable (`fuzz_bodies`).
 
@@ -13,6 +13,7 @@ mod common;
 
 mod answers;
 mod configuration;
+mod dogstatsd;
 mod environment;
 mod envoy_data_plane;
 mod fleet;

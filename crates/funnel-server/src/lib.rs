@@ -33,6 +33,7 @@ mod forward_auth;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod go;
 mod grpc;
 mod http;
 mod json;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::answers::{Answers, LimitHeaders};
+use crate::connection_age::ConnectionAge;
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};
 use crate::rules::RedisSettings;
@@ -93,6 +94,15 @@ struct Args {
     /// The gRPC address.
     #[arg(long, default_value = "127.0.0.1:8081")]
     grpc: SocketAddr,
+    /// Send each gRPC connection a GOAWAY once this old (a Go duration: 24h, 30m; 0: never),
+    /// so clients reconnect and spread over new instances; drawn within ±10% once per process
+    /// [default: never; 24h as envoyproxy/ratelimit].
+    #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
+    grpc_max_connection_age: Option<Duration>,
+    /// After the GOAWAY, how long calls in flight may go on before the connection is closed
+    /// (0: as long as they take) [default: as long as they take; 1h as envoyproxy/ratelimit].
+    #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
+    grpc_max_connection_age_grace: Option<Duration>,
     /// The HTTP address (/healthcheck, /metrics, POST /json).
     #[arg(long, default_value = "127.0.0.1:8080")]
     http: SocketAddr,
@@ -372,6 +382,12 @@ impl Args {
         opts.merge_domain_config = self.merge_domain_config;
         opts.recent_clock = self.recent_clock;
         opts.forward_auth = self.forward_auth;
+        // Zero is Go's "never", for the age and for the grace alike.
+        let set = |d: Option<Duration>| d.filter(|d| !d.is_zero());
+        opts.connection_age = set(self.grpc_max_connection_age).map(|max| ConnectionAge {
+            max,
+            grace: set(self.grpc_max_connection_age_grace),
+        });
         opts
     }
 }

@@ -48,12 +48,7 @@ impl fmt::Display for EnvError {
 impl std::error::Error for EnvError {}
 
 /// Variables whose only effect is on envoyproxy/ratelimit's own machinery: ignored, logged.
-const HARMLESS: [(&str, &str); 20] = [
-    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are not aged out",
-    ),
+const HARMLESS: [(&str, &str); 18] = [
     ("REDIS_POOL_SIZE", "one multiplexed connection per limiter"),
     (
         "REDIS_POOL_ON_EMPTY_BEHAVIOR",
@@ -210,6 +205,28 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
             reason: format!("{p:?} is not a port number"),
         })?;
         push(vars, &[flag, &join_host_port(&h, port_number)]);
+    }
+
+    // Connection ages: envoyproxy/ratelimit's defaults when running as it, else as given.
+    for (name, flag, default) in [
+        (
+            "GRPC_MAX_CONNECTION_AGE",
+            "--grpc-max-connection-age",
+            "24h",
+        ),
+        (
+            "GRPC_MAX_CONNECTION_AGE_GRACE",
+            "--grpc-max-connection-age-grace",
+            "1h",
+        ),
+    ] {
+        let value = match var(name) {
+            Some(v) => v,
+            None if envoy_mode => default.to_owned(),
+            None => continue,
+        };
+        crate::go::duration(&value).map_err(|reason| EnvError { var: name, reason })?;
+        push(name, &[flag, value.trim()]);
     }
 
     // The configuration: files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
@@ -705,6 +722,10 @@ mod tests {
                 "0.0.0.0:8081",
                 "--debug",
                 "0.0.0.0:6070",
+                "--grpc-max-connection-age",
+                "24h",
+                "--grpc-max-connection-age-grace",
+                "1h",
                 "--config",
                 "/data/ratelimit/config"
             ]
@@ -914,5 +935,24 @@ mod tests {
         ] {
             assert_eq!(from(&[(name, bad)]).unwrap_err().var, name);
         }
+    }
+
+    #[test]
+    fn connection_ages_take_envoyproxys_defaults_when_running_as_it() {
+        let args = from(&[("RUNTIME_ROOT", "/data")]).unwrap().join(" ");
+        assert!(args.contains("--grpc-max-connection-age 24h"), "{args}");
+        assert!(
+            args.contains("--grpc-max-connection-age-grace 1h"),
+            "{args}"
+        );
+        let args = from(&[("GRPC_MAX_CONNECTION_AGE", "30m")]).unwrap();
+        assert_eq!(args, ["--grpc-max-connection-age", "30m"]);
+        assert!(from(&[]).unwrap().is_empty());
+        assert_eq!(
+            from(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "later")])
+                .unwrap_err()
+                .var,
+            "GRPC_MAX_CONNECTION_AGE_GRACE"
+        );
     }
 }

@@ -23,6 +23,7 @@ mod answers;
 mod cli;
 mod clock;
 mod config;
+mod connection_age;
 mod debug;
 mod decide;
 mod dynamic_metadata;

@@ -1,6 +1,5 @@
 //! The command line of the `funnel-server` binary: its flags, and envoyproxy/ratelimit's
-//! environment variables where a flag is not given (`environment.rs`, and the xDS ones in
-//! [`xds_env`]).
+//! environment variables where a flag is not given (`environment.rs`).
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -11,6 +10,7 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::answers::{Answers, LimitHeaders};
+use crate::connection_age::ConnectionAge;
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};
 use crate::mogrifier::{self, MogrifierError};
@@ -71,16 +71,16 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     xds_tls_server_name: Option<String>,
     /// The first wait before reconnecting to the xDS server, as a Go duration [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = xds::settings::go_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
     xds_backoff_initial: Option<std::time::Duration>,
     /// The longest wait before reconnecting [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = xds::settings::go_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
     xds_backoff_max: Option<std::time::Duration>,
     /// The growth of the wait per failed attempt [default: 0.5, which keeps the first wait].
     #[arg(long, value_name = "FACTOR")]
     xds_backoff_factor: Option<f64>,
     /// Draw each wait at random between the first and the computed one [default: true].
-    #[arg(long, value_name = "BOOL", value_parser = xds::settings::go_bool)]
+    #[arg(long, value_name = "BOOL", value_parser = crate::go::boolean)]
     xds_backoff_jitter: Option<bool>,
     /// The largest xDS response accepted, in bytes [default: 4 MiB].
     #[arg(long, value_name = "BYTES")]
@@ -95,6 +95,15 @@ struct Args {
     /// The gRPC address.
     #[arg(long, default_value = "127.0.0.1:8081")]
     grpc: SocketAddr,
+    /// Send each gRPC connection a GOAWAY once this old (a Go duration: 24h, 30m; 0: never),
+    /// so clients reconnect and spread over new instances; drawn within ±10% once per process
+    /// [default: never; 24h as envoyproxy/ratelimit].
+    #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
+    grpc_max_connection_age: Option<Duration>,
+    /// After the GOAWAY, how long calls in flight may go on before the connection is closed
+    /// (0: as long as they take) [default: as long as they take; 1h as envoyproxy/ratelimit].
+    #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
+    grpc_max_connection_age_grace: Option<Duration>,
     /// The HTTP address (/healthcheck, /metrics, POST /json).
     #[arg(long, default_value = "127.0.0.1:8080")]
     http: SocketAddr,
@@ -113,7 +122,7 @@ struct Args {
     #[arg(long, value_name = "HOST:PORT")]
     statsd: Option<String>,
     /// How often statistics go to statsd (a Go duration: 10s, 500ms, 1m).
-    #[arg(long, default_value = "10s", value_parser = environment::go_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::go::duration)]
     stats_flush_interval: Duration,
     /// Tags added to every statsd statistic: `tag:value,tag:value`.
     #[arg(long, value_parser = parse_tags)]
@@ -282,95 +291,6 @@ fn header_name(name: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-/// envoyproxy/ratelimit's environment variables of the xDS configuration source
-/// (`CONFIG_TYPE=GRPC_XDS_SOTW`, `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*`,
-/// `FORCE_START_WITHOUT_INITIAL_CONFIG`, `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), each read
-/// where no flag gave the same setting: flags win.
-fn xds_env(args: &mut Args, env: impl Fn(&str) -> Option<String>) -> Result<(), String> {
-    let get = |name: &str| env(name).filter(|v| !v.is_empty());
-    fn parsed<T>(
-        value: Option<String>,
-        name: &str,
-        f: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<Option<T>, String> {
-        value
-            .map(|v| f(&v).map_err(|e| format!("{name}: {e}")))
-            .transpose()
-    }
-    let parse = |name: &str, f: fn(&str) -> Result<bool, String>| parsed(get(name), name, f);
-    match get("CONFIG_TYPE").as_deref() {
-        None | Some("FILE") => {}
-        Some("GRPC_XDS_SOTW") => {
-            if args.config.is_none() && args.xds.is_none() {
-                let url = get("CONFIG_GRPC_XDS_SERVER_URL");
-                args.xds = Some(url.unwrap_or_else(|| xds::settings::DEFAULT_SERVER.into()));
-            }
-        }
-        Some(other) => {
-            return Err(format!(
-                "CONFIG_TYPE={other:?}: expected FILE or GRPC_XDS_SOTW"
-            ))
-        }
-    }
-    let text = |slot: &mut Option<String>, name: &str| {
-        if slot.is_none() {
-            *slot = get(name);
-        }
-    };
-    text(&mut args.xds_node_id, "CONFIG_GRPC_XDS_NODE_ID");
-    text(&mut args.xds_node_metadata, "CONFIG_GRPC_XDS_NODE_METADATA");
-    text(
-        &mut args.xds_headers,
-        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-    );
-    text(
-        &mut args.xds_tls_server_name,
-        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-    );
-    let path = |slot: &mut Option<PathBuf>, name: &str| {
-        if slot.is_none() {
-            *slot = get(name).map(PathBuf::from);
-        }
-    };
-    path(&mut args.xds_tls_ca, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT");
-    path(&mut args.xds_tls_cert, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT");
-    path(&mut args.xds_tls_key, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY");
-    let flag = |name: &str| parse(name, xds::settings::go_bool).map(|b| b == Some(true));
-    let jitter = parse("XDS_CLIENT_BACKOFF_JITTER", xds::settings::go_bool)?;
-    args.xds_tls |= flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")?;
-    args.force_start_without_initial_config |= flag("FORCE_START_WITHOUT_INITIAL_CONFIG")?;
-    args.healthy_with_at_least_one_config_loaded |=
-        flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")?;
-    if args.xds_backoff_initial.is_none() {
-        let name = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL";
-        args.xds_backoff_initial = parsed(get(name), name, xds::settings::go_duration)?;
-    }
-    if args.xds_backoff_max.is_none() {
-        let name = "XDS_CLIENT_BACKOFF_MAX_INTERVAL";
-        args.xds_backoff_max = parsed(get(name), name, xds::settings::go_duration)?;
-    }
-    if args.xds_backoff_factor.is_none() {
-        let name = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR";
-        args.xds_backoff_factor = parsed(get(name), name, |v| {
-            v.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("{v:?}: expected a number"))
-        })?;
-    }
-    if args.xds_backoff_jitter.is_none() {
-        args.xds_backoff_jitter = jitter;
-    }
-    if args.xds_max_message_bytes.is_none() {
-        let name = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES";
-        args.xds_max_message_bytes = parsed(get(name), name, |v| {
-            v.trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{v:?}: expected a number of bytes"))
-        })?;
-    }
-    Ok(())
-}
-
 /// The configuration's source: --config or --xds, exactly one.
 fn source(args: &Args) -> Result<Source, String> {
     let url = match (&args.config, &args.xds) {
@@ -511,6 +431,12 @@ impl Args {
         opts.merge_domain_config = self.merge_domain_config;
         opts.recent_clock = self.recent_clock;
         opts.forward_auth = self.forward_auth;
+        // Zero is Go's "never", for the age and for the grace alike.
+        let set = |d: Option<Duration>| d.filter(|d| !d.is_zero());
+        opts.connection_age = set(self.grpc_max_connection_age).map(|max| ConnectionAge {
+            max,
+            grace: set(self.grpc_max_connection_age_grace),
+        });
         opts
     }
 }
@@ -568,17 +494,13 @@ pub fn main() -> ExitCode {
     for (var, why) in &env.ignored {
         tracing::info!(variable = var, "ignored: {why}");
     }
-    let mut args = match arguments(&env) {
+    let args = match arguments(&env) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("funnel-server: {e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = xds_env(&mut args, |name| std::env::var(name).ok()) {
-        eprintln!("funnel-server: {e}");
-        return ExitCode::FAILURE;
-    }
     let source = match source(&args) {
         Ok(s) => s,
         Err(e) => {

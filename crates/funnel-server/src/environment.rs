@@ -5,8 +5,8 @@
 //! so that a flag given on the command line wins over the variable. A variable that asks for
 //! something funnel-server does not do is refused at start, naming it; a variable that only
 //! tunes envoyproxy/ratelimit's own machinery (connection pools, pipelining, Go profiling) is
-//! logged as ignored. The README's "Starting from envoyproxy/ratelimit's environment" has the
-//! table.
+//! logged as ignored. The xDS client's variables are read here too. The README's "Starting
+//! from envoyproxy/ratelimit's environment" has the table.
 //!
 //! Running "as envoyproxy/ratelimit" (any of `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`,
 //! `RUNTIME_APPDIRECTORY`, `CONFIG_TYPE` set), an address or switch left unset takes
@@ -16,7 +16,6 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::time::Duration;
 
 /// What the environment asks.
 #[derive(Debug, Default)]
@@ -49,12 +48,7 @@ impl fmt::Display for EnvError {
 impl std::error::Error for EnvError {}
 
 /// Variables whose only effect is on envoyproxy/ratelimit's own machinery: ignored, logged.
-const HARMLESS: [(&str, &str); 19] = [
-    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are not aged out",
-    ),
+const HARMLESS: [(&str, &str); 17] = [
     ("REDIS_POOL_SIZE", "one multiplexed connection per limiter"),
     (
         "REDIS_POOL_ON_EMPTY_BEHAVIOR",
@@ -205,6 +199,28 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
         push(vars, &[flag, &join_host_port(&h, port_number)]);
     }
 
+    // Connection ages: envoyproxy/ratelimit's defaults when running as it, else as given.
+    for (name, flag, default) in [
+        (
+            "GRPC_MAX_CONNECTION_AGE",
+            "--grpc-max-connection-age",
+            "24h",
+        ),
+        (
+            "GRPC_MAX_CONNECTION_AGE_GRACE",
+            "--grpc-max-connection-age-grace",
+            "1h",
+        ),
+    ] {
+        let value = match var(name) {
+            Some(v) => v,
+            None if envoy_mode => default.to_owned(),
+            None => continue,
+        };
+        crate::go::duration(&value).map_err(|reason| EnvError { var: name, reason })?;
+        push(name, &[flag, value.trim()]);
+    }
+
     // The configuration: files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
     // or xDS.
     let config_type = var("CONFIG_TYPE").unwrap_or_else(|| "FILE".to_owned());
@@ -226,17 +242,9 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
         }
         "GRPC_XDS_SOTW" => {
             // As given: `--xds` reads `host:port` with or without TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS).
-            let url = var("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into());
+            let url = var("CONFIG_GRPC_XDS_SERVER_URL")
+                .unwrap_or_else(|| crate::xds::settings::DEFAULT_SERVER.into());
             push("CONFIG_TYPE/CONFIG_GRPC_XDS_SERVER_URL", &["--xds", &url]);
-            if let Some(id) = var("CONFIG_GRPC_XDS_NODE_ID") {
-                push("CONFIG_GRPC_XDS_NODE_ID", &["--xds-node-id", &id]);
-            }
-            if let Some(m) = var("CONFIG_GRPC_XDS_NODE_METADATA") {
-                push(
-                    "CONFIG_GRPC_XDS_NODE_METADATA",
-                    &["--xds-node-metadata", &m],
-                );
-            }
         }
         other => {
             return Err(EnvError {
@@ -274,6 +282,7 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
         };
     }
 
+    xds(&var, &mut out)?;
     redis(&var, &mut out)?;
     statistics(&var, envoy_mode, &mut out)?;
 
@@ -333,6 +342,90 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
 }
 
 /// The Redis variables.
+/// The xDS client's variables (`CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and the two start and
+/// health switches), read whatever `CONFIG_TYPE` says, as envoyproxy/ratelimit reads them: they
+/// take effect with `--xds`, given by `CONFIG_TYPE=GRPC_XDS_SOTW` or on the command line.
+fn xds(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Result<(), EnvError> {
+    let mut push = |vars: &'static str, args: &[&str]| {
+        out.args
+            .push((args.iter().map(OsString::from).collect(), vars));
+    };
+    for (name, flag) in [
+        ("CONFIG_GRPC_XDS_NODE_ID", "--xds-node-id"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "--xds-node-metadata"),
+        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "--xds-headers"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "--xds-tls-server-name"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "--xds-tls-ca"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "--xds-tls-cert"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "--xds-tls-key"),
+    ] {
+        if let Some(v) = var(name) {
+            push(name, &[flag, &v]);
+        }
+    }
+    for (name, flag) in [
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "--xds-tls"),
+        (
+            "FORCE_START_WITHOUT_INITIAL_CONFIG",
+            "--force-start-without-initial-config",
+        ),
+        (
+            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+            "--healthy-with-at-least-one-config-loaded",
+        ),
+    ] {
+        if let Some(v) = var(name) {
+            if switch(name, &v)? {
+                push(name, &[flag]);
+            }
+        }
+    }
+    // Values checked here, so that a bad one is reported under its variable's name.
+    type Check = fn(&str) -> Result<(), String>;
+    let checks: [(&'static str, &str, Check); 5] = [
+        (
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            "--xds-backoff-initial",
+            |v| crate::go::duration(v).map(drop),
+        ),
+        (
+            "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+            "--xds-backoff-max",
+            |v| crate::go::duration(v).map(drop),
+        ),
+        (
+            "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+            "--xds-backoff-factor",
+            |v| {
+                v.trim()
+                    .parse::<f64>()
+                    .map(drop)
+                    .map_err(|_| format!("{v:?}: expected a number"))
+            },
+        ),
+        ("XDS_CLIENT_BACKOFF_JITTER", "--xds-backoff-jitter", |v| {
+            crate::go::boolean(v).map(drop)
+        }),
+        (
+            "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+            "--xds-max-message-bytes",
+            |v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map(drop)
+                    .map_err(|_| format!("{v:?}: expected a number of bytes"))
+            },
+        ),
+    ];
+    for (name, flag, check) in checks {
+        if let Some(v) = var(name) {
+            check(&v).map_err(|reason| EnvError { var: name, reason })?;
+            push(name, &[flag, v.trim()]);
+        }
+    }
+    Ok(())
+}
+
 fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Result<(), EnvError> {
     let backend = var("BACKEND_TYPE").map(|b| b.to_ascii_lowercase());
     match backend.as_deref() {
@@ -445,7 +538,7 @@ fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Re
         ));
     }
     if let Some(t) = var("REDIS_TIMEOUT") {
-        let d = go_duration(&t).map_err(|reason| EnvError {
+        let d = crate::go::duration(&t).map_err(|reason| EnvError {
             var: "REDIS_TIMEOUT",
             reason,
         })?;
@@ -525,7 +618,7 @@ fn statistics(
                 .push((vec!["--dogstatsd".into()], "USE_DOG_STATSD"));
         }
         if let Some(i) = var("STATS_FLUSH_INTERVAL") {
-            go_duration(&i).map_err(|reason| EnvError {
+            crate::go::duration(&i).map_err(|reason| EnvError {
                 var: "STATS_FLUSH_INTERVAL",
                 reason,
             })?;
@@ -562,18 +655,11 @@ fn statistics(
 
 /// A switch as Go's `strconv.ParseBool` reads it.
 fn switch(var: &'static str, v: &str) -> Result<bool, EnvError> {
-    match v.trim() {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(EnvError {
-            var,
-            reason: format!("{v:?}: expected true or false"),
-        }),
-    }
+    crate::go::boolean(v).map_err(|reason| EnvError { var, reason })
 }
 
 fn is_off(v: &str) -> bool {
-    matches!(v.trim(), "0" | "f" | "F" | "false" | "FALSE" | "False")
+    crate::go::boolean(v) == Ok(false)
 }
 
 /// `host:port`, an IPv6 host in brackets.
@@ -604,46 +690,6 @@ fn encode(s: &str) -> String {
         }
     }
     out
-}
-
-/// A duration as Go writes one: a sequence of decimal numbers with units (`ns`, `us`, `µs`,
-/// `ms`, `s`, `m`, `h`), as in `10s`, `1m30s`, `1.5s`, `250ms`; `0` alone is zero.
-pub fn go_duration(s: &str) -> Result<Duration, String> {
-    let text = s.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let bad = || format!("{s:?}: expected a duration such as 10s, 250ms or 1m30s");
-    let mut rest = text;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        if digits == 0 {
-            return Err(bad());
-        }
-        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let secs = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3_600.0,
-            _ => return Err(bad()),
-        };
-        total += n * secs;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -686,6 +732,10 @@ mod tests {
                 "0.0.0.0:8081",
                 "--debug",
                 "0.0.0.0:6070",
+                "--grpc-max-connection-age",
+                "24h",
+                "--grpc-max-connection-age-grace",
+                "1h",
                 "--config",
                 "/data/ratelimit/config"
             ]
@@ -899,14 +949,65 @@ mod tests {
     }
 
     #[test]
-    fn go_durations() {
-        assert_eq!(go_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(go_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(go_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(go_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(go_duration("0"), Ok(Duration::ZERO));
-        for bad in ["", "10", "s", "1x", "-1s", "1..2s"] {
-            assert!(go_duration(bad).is_err(), "{bad}");
+    fn the_xds_client_reads_envoyproxys_variables() {
+        let args = from(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "xds:18000"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "gw"),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-a:1"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/ca.pem"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "false"),
+            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "1"),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1024"),
+        ])
+        .unwrap();
+        let joined = args.join(" ");
+        for expected in [
+            "--xds xds:18000",
+            "--xds-node-id gw",
+            "--xds-headers x-a:1",
+            "--xds-tls-ca /ca.pem",
+            "--xds-tls ",
+            "--healthy-with-at-least-one-config-loaded",
+            "--xds-backoff-initial 2s",
+            "--xds-backoff-jitter false",
+            "--xds-max-message-bytes 1024",
+        ] {
+            assert!(joined.contains(expected), "{expected:?} in {joined:?}");
         }
+        assert!(!joined.contains("--force-start"), "{joined}");
+        // Without CONFIG_TYPE the URL is the command line's to give; the rest still apply.
+        let args = from(&[("CONFIG_GRPC_XDS_NODE_ID", "gw")]).unwrap();
+        assert_eq!(args, ["--xds-node-id", "gw"]);
+        for (name, bad) in [
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "soon"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "half"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "-1"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "yes"),
+        ] {
+            assert_eq!(from(&[(name, bad)]).unwrap_err().var, name);
+        }
+    }
+
+    #[test]
+    fn connection_ages_take_envoyproxys_defaults_when_running_as_it() {
+        let args = from(&[("RUNTIME_ROOT", "/data")]).unwrap().join(" ");
+        assert!(args.contains("--grpc-max-connection-age 24h"), "{args}");
+        assert!(
+            args.contains("--grpc-max-connection-age-grace 1h"),
+            "{args}"
+        );
+        let args = from(&[("GRPC_MAX_CONNECTION_AGE", "30m")]).unwrap();
+        assert_eq!(args, ["--grpc-max-connection-age", "30m"]);
+        assert!(from(&[]).unwrap().is_empty());
+        assert_eq!(
+            from(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "later")])
+                .unwrap_err()
+                .var,
+            "GRPC_MAX_CONNECTION_AGE_GRACE"
+        );
     }
 }

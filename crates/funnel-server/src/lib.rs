@@ -24,6 +24,7 @@ mod answers;
 mod cli;
 mod clock;
 mod config;
+mod connection_age;
 mod debug;
 mod decide;
 mod dogstatsd;
@@ -35,6 +36,7 @@ mod forward_auth;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod go;
 mod grpc;
 mod http;
 mod json;

@@ -19,10 +19,12 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt as _;
 use tonic::transport::server::TcpIncoming;
 
 use crate::clock::UnixClock;
 use crate::config::Config;
+use crate::connection_age::{Aged, ConnectionAge};
 use crate::decide::Decider;
 use crate::error::Error;
 use crate::grpc::Service;
@@ -76,6 +78,9 @@ pub struct Options {
     pub recent_clock: Option<Duration>,
     /// The forward-auth file (`--forward-auth`): the endpoint's actions per domain.
     pub forward_auth: Option<PathBuf>,
+    /// Close gRPC connections once this old (envoyproxy/ratelimit's
+    /// `GRPC_MAX_CONNECTION_AGE`); none: never.
+    pub connection_age: Option<ConnectionAge>,
 }
 
 impl Options {
@@ -97,6 +102,7 @@ impl Options {
             merge_domain_config: false,
             recent_clock: None,
             forward_auth: None,
+            connection_age: None,
         }
     }
 }
@@ -212,8 +218,18 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let mut stop = stop_rx.clone();
     // tonic's own `tcp_nodelay` applies only to listeners it binds; this one is ours.
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+    let mut builder = tonic::transport::Server::builder();
+    // The GOAWAY at the age is tonic's; the close after the grace is `Aged`'s (see
+    // connection_age.rs for why tonic is not given the grace).
+    let mut lifetime = None;
+    if let Some(age) = opts.connection_age {
+        let max = age.spread();
+        builder = builder.max_connection_age(max);
+        lifetime = age.grace.map(|grace| max + grace);
+    }
+    let incoming = incoming.map(move |io| io.map(|io| Aged::new(io, lifetime)));
     let grpc_task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        builder
             .add_service(health_service)
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {

@@ -162,51 +162,6 @@ pub fn headers(s: &str) -> Result<Vec<(AsciiMetadataKey, AsciiMetadataValue)>, S
     Ok(out)
 }
 
-/// A Go duration (`300ms`, `10s`, `1m30s`, `1.5h`; units ns, us, µs, ms, s, m, h; `0`).
-pub fn go_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?}: expected a duration such as 500ms, 10s or 1m30s");
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if t.is_empty() || t.starts_with('-') {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    let mut rest = t.strip_prefix('+').unwrap_or(t);
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total += number * seconds;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
-}
-
-/// A Go boolean as `strconv.ParseBool` reads it.
-pub fn go_bool(s: &str) -> Result<bool, String> {
-    match s.trim() {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        other => Err(format!("{other:?}: expected true or false")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,23 +246,5 @@ mod tests {
         assert_eq!(h[1].1.to_str().unwrap(), "Bearer abc");
         assert!(headers("novalue").is_err());
         assert!(headers("bad name:v").is_err());
-    }
-
-    #[test]
-    fn go_durations_read() {
-        assert_eq!(go_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(go_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(go_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(go_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert_eq!(go_duration("0").unwrap(), Duration::ZERO);
-        for bad in ["", "10", "s", "-1s", "10x", "1e3s"] {
-            assert!(go_duration(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn go_booleans_read() {
-        assert!(go_bool("true").unwrap() && go_bool("1").unwrap() && !go_bool("F").unwrap());
-        assert!(go_bool("yes").is_err());
     }
 }

@@ -274,3 +274,95 @@ async fn a_directory_holds_one_domain_per_file_and_refuses_a_domain_twice() {
         "{e}"
     );
 }
+
+/// Reads HTTP/2 frames from `tcp` until it closes: when the first GOAWAY came and when the
+/// connection closed, both measured from `opened`.
+fn goaway_then_close(
+    mut tcp: std::net::TcpStream,
+    opened: std::time::Instant,
+    limit: Duration,
+) -> (Option<Duration>, Option<Duration>) {
+    use std::io::Read;
+    tcp.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let (mut goaway, mut buf, mut pending) = (None, [0u8; 4096], Vec::new());
+    while opened.elapsed() < limit {
+        match tcp.read(&mut buf) {
+            Ok(0) => return (goaway, Some(opened.elapsed())),
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (goaway, Some(opened.elapsed())),
+        }
+        // Each frame: a 24-bit length, a type (GOAWAY is 7), flags, a stream id, the payload.
+        while pending.len() >= 9 {
+            let len = usize::from(pending[0]) << 16
+                | usize::from(pending[1]) << 8
+                | usize::from(pending[2]);
+            if pending.len() < 9 + len {
+                break;
+            }
+            if pending[3] == 7 && goaway.is_none() {
+                goaway = Some(opened.elapsed());
+            }
+            pending.drain(..9 + len);
+        }
+    }
+    (goaway, None)
+}
+
+/// Opens an HTTP/2 connection to `addr` that sends nothing after its preface and settings.
+fn idle_http2(addr: std::net::SocketAddr) -> (std::net::TcpStream, std::time::Instant) {
+    use std::io::Write;
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    let opened = std::time::Instant::now();
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    // An empty SETTINGS frame.
+    tcp.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    (tcp, opened)
+}
+
+#[test]
+fn aged_connections_get_a_goaway_then_close_after_the_grace() {
+    let dir = scratch("connection-age");
+    let path = write_config(&dir, "age.yaml", &config(10, "age"));
+    let s = Server::start(
+        &path,
+        &[
+            "--grpc-max-connection-age",
+            "1s",
+            "--grpc-max-connection-age-grace",
+            "2s",
+        ],
+    );
+    let (tcp, opened) = idle_http2(s.grpc);
+    let (goaway, closed) = goaway_then_close(tcp, opened, Duration::from_secs(20));
+    let goaway = goaway.expect("a GOAWAY at the connection's age");
+    let closed = closed.expect("the connection closed after the grace");
+    // The age is drawn within ±10% of 1s; the client never answers the server's PING, so
+    // the connection stays open for the whole grace, then is closed.
+    assert!(goaway >= Duration::from_millis(900), "GOAWAY at {goaway:?}");
+    assert!(goaway < Duration::from_secs(5), "GOAWAY at {goaway:?}");
+    assert!(
+        closed >= goaway + Duration::from_millis(1900),
+        "closed at {closed:?}, GOAWAY at {goaway:?}"
+    );
+
+    // envoyproxy/ratelimit's variable alone does the same.
+    let mut command = Server::command(Some(&path), &[]);
+    command.env("GRPC_MAX_CONNECTION_AGE", "1s");
+    let s = Server::launch(command, dir.join("age-env.stderr")).unwrap();
+    let (tcp, opened) = idle_http2(s.grpc);
+    let (goaway, _) = goaway_then_close(tcp, opened, Duration::from_secs(5));
+    let goaway = goaway.expect("a GOAWAY from GRPC_MAX_CONNECTION_AGE");
+    assert!(goaway >= Duration::from_millis(900), "GOAWAY at {goaway:?}");
+
+    // Without an age a connection is never sent away.
+    let s = Server::start(&path, &[]);
+    let (tcp, opened) = idle_http2(s.grpc);
+    let (goaway, closed) = goaway_then_close(tcp, opened, Duration::from_millis(2500));
+    assert_eq!((goaway, closed), (None, None));
+}

@@ -13,6 +13,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use crate::answers::{Answers, LimitHeaders};
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};
+use crate::grpc_tls::GrpcTls;
 use crate::rules::RedisSettings;
 use crate::server::{run, Options, Source};
 use crate::statsd::Statsd;
@@ -92,8 +93,28 @@ struct Args {
     #[arg(long)]
     healthy_with_at_least_one_config_loaded: bool,
     /// The gRPC address.
-    #[arg(long, default_value = "127.0.0.1:8081")]
+    #[arg(long, default_value = "127.0.0.1:8081", overrides_with = "grpc_uds")]
     grpc: SocketAddr,
+    /// Listen for gRPC on this Unix domain socket instead of --grpc's address (GRPC_UDS).
+    #[arg(long, value_name = "PATH", overrides_with = "grpc")]
+    grpc_uds: Option<PathBuf>,
+    /// Serve gRPC over TLS with --grpc-tls-cert and --grpc-tls-key (GRPC_SERVER_USE_TLS); the
+    /// pair is read again when its files change.
+    #[arg(long, requires_all = ["grpc_tls_cert", "grpc_tls_key"])]
+    grpc_tls: bool,
+    /// The gRPC listener's PEM certificate chain (GRPC_SERVER_TLS_CERT).
+    #[arg(long, value_name = "FILE", requires = "grpc_tls")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY).
+    #[arg(long, value_name = "FILE", requires = "grpc_tls")]
+    grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS: require a client certificate signed by this PEM CA (GRPC_CLIENT_TLS_CACERT).
+    #[arg(long, value_name = "FILE", requires = "grpc_tls")]
+    grpc_tls_client_ca: Option<PathBuf>,
+    /// With --grpc-tls-client-ca, also require this DNS name or IP address among the client
+    /// certificate's SANs (GRPC_CLIENT_TLS_SAN).
+    #[arg(long, value_name = "NAME", requires = "grpc_tls_client_ca")]
+    grpc_tls_client_san: Option<String>,
     /// The HTTP address (/healthcheck, /metrics, POST /json).
     #[arg(long, default_value = "127.0.0.1:8080")]
     http: SocketAddr,
@@ -425,6 +446,17 @@ impl Args {
             },
         };
         let mut opts = Options::new(source, self.grpc);
+        opts.grpc_uds = self.grpc_uds;
+        opts.grpc_tls = match (self.grpc_tls, self.grpc_tls_cert, self.grpc_tls_key) {
+            (true, Some(cert), Some(key)) => {
+                let mut tls = GrpcTls::new(cert, key);
+                tls.client_ca = self.grpc_tls_client_ca;
+                tls.client_san = self.grpc_tls_client_san;
+                Some(tls)
+            }
+            // clap requires the pair with --grpc-tls.
+            _ => None,
+        };
         opts.http = Some(self.http);
         opts.debug = self.debug;
         opts.prometheus = self.prometheus.map(|a| (a, self.prometheus_path));

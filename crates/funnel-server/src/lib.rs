@@ -16,6 +16,7 @@
 //! flow; `config` reads the YAML; `stats` counts, and `metrics`, `statsd` and `debug` report.
 //! `answers` holds envoyproxy/ratelimit's answer switches (shadow and quota modes, limit
 //! headers, per-descriptor charging) and `dynamic_metadata` the response's metadata;
+//! `grpc_listener` is the gRPC listener (TCP or a Unix socket) and `grpc_tls` its TLS;
 //! `forward_auth` serves nginx, Caddy and Traefik; `xds` takes the configuration from an xDS
 //! server instead of files.
 
@@ -34,6 +35,8 @@ mod forward_auth;
 #[doc(hidden)]
 pub mod fuzzing;
 mod grpc;
+mod grpc_listener;
+mod grpc_tls;
 mod http;
 mod json;
 mod limits;
@@ -52,6 +55,7 @@ pub use cli::main;
 pub use error::Error;
 pub use fleet::{HashTag, RedisType};
 pub use funnel_redis::OnFailure;
+pub use grpc_tls::{GrpcTls, TlsError, TlsSetting};
 pub use rules::RedisSettings;
 pub use server::{run, Options, Source};
 pub use statsd::Statsd;

@@ -175,7 +175,7 @@ fn a_variable_it_cannot_honour_refuses_the_start_by_name() {
     for (var, value) in [
         ("BACKEND_TYPE", "memcache"),
         ("USE_DOG_STATSD", "true"),
-        ("GRPC_UDS", "/run/ratelimit.sock"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/ratelimit/mapper.yaml"),
         ("NEAR_LIMIT_RATIO", "0.5"),
     ] {
         let mut vars: Vec<(&str, &str)> = LOOPBACK.to_vec();

@@ -13,6 +13,7 @@ use crate::answers::{Answers, LimitHeaders};
 use crate::connection_age::ConnectionAge;
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};
+use crate::grpc_tls::GrpcTls;
 use crate::mogrifier::{self, MogrifierError};
 use crate::rules::RedisSettings;
 use crate::server::{run, Options, Source};
@@ -93,7 +94,7 @@ struct Args {
     #[arg(long)]
     healthy_with_at_least_one_config_loaded: bool,
     /// The gRPC address.
-    #[arg(long, default_value = "127.0.0.1:8081")]
+    #[arg(long, default_value = "127.0.0.1:8081", overrides_with = "grpc_uds")]
     grpc: SocketAddr,
     /// Send each gRPC connection a GOAWAY once this old (a Go duration: 24h, 30m; 0: never),
     /// so clients reconnect and spread over new instances; drawn within ±10% once per process
@@ -104,6 +105,26 @@ struct Args {
     /// (0: as long as they take) [default: as long as they take; 1h as envoyproxy/ratelimit].
     #[arg(long, value_name = "DURATION", value_parser = crate::go::duration)]
     grpc_max_connection_age_grace: Option<Duration>,
+    /// Listen for gRPC on this Unix domain socket instead of --grpc's address (GRPC_UDS).
+    #[arg(long, value_name = "PATH", overrides_with = "grpc")]
+    grpc_uds: Option<PathBuf>,
+    /// Serve gRPC over TLS with --grpc-tls-cert and --grpc-tls-key (GRPC_SERVER_USE_TLS); the
+    /// pair is read again when its files change.
+    #[arg(long, requires_all = ["grpc_tls_cert", "grpc_tls_key"])]
+    grpc_tls: bool,
+    /// The gRPC listener's PEM certificate chain (GRPC_SERVER_TLS_CERT).
+    #[arg(long, value_name = "FILE", requires = "grpc_tls")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY).
+    #[arg(long, value_name = "FILE", requires = "grpc_tls")]
+    grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS: require a client certificate signed by this PEM CA (GRPC_CLIENT_TLS_CACERT).
+    #[arg(long, value_name = "FILE", requires = "grpc_tls")]
+    grpc_tls_client_ca: Option<PathBuf>,
+    /// With --grpc-tls-client-ca, also require this DNS name or IP address among the client
+    /// certificate's SANs (GRPC_CLIENT_TLS_SAN).
+    #[arg(long, value_name = "NAME", requires = "grpc_tls_client_ca")]
+    grpc_tls_client_san: Option<String>,
     /// The HTTP address (/healthcheck, /metrics, POST /json).
     #[arg(long, default_value = "127.0.0.1:8080")]
     http: SocketAddr,
@@ -393,6 +414,17 @@ impl Args {
             },
         };
         let mut opts = Options::new(source, self.grpc);
+        opts.grpc_uds = self.grpc_uds;
+        opts.grpc_tls = match (self.grpc_tls, self.grpc_tls_cert, self.grpc_tls_key) {
+            (true, Some(cert), Some(key)) => {
+                let mut tls = GrpcTls::new(cert, key);
+                tls.client_ca = self.grpc_tls_client_ca;
+                tls.client_san = self.grpc_tls_client_san;
+                Some(tls)
+            }
+            // clap requires the pair with --grpc-tls.
+            _ => None,
+        };
         opts.http = Some(self.http);
         opts.debug = self.debug;
         opts.prometheus = self.prometheus.map(|a| (a, self.prometheus_path));

@@ -112,12 +112,7 @@ const HARMLESS: [(&str, &str); 17] = [
 
 /// Variables asking for what funnel-server does not do: refused when set (to anything but
 /// their off value, for switches).
-const REFUSED: [(&str, &str); 7] = [
-    ("GRPC_UDS", "gRPC on a Unix socket is not supported"),
-    (
-        "GRPC_SERVER_USE_TLS",
-        "gRPC over TLS is not supported: terminate TLS in front",
-    ),
+const REFUSED: [(&str, &str); 5] = [
     (
         "PROMETHEUS_MAPPER_YAML",
         "the Prometheus names are fixed (see the README)",
@@ -168,7 +163,8 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
     .any(|n| var(n).is_some());
 
     // Listeners: a pair with either half set, or any pair as envoyproxy, takes envoyproxy's
-    // default for the unset half.
+    // default for the unset half. GRPC_UDS replaces the gRPC pair.
+    let grpc_uds = var("GRPC_UDS");
     for (host, port, flag, default_port, vars) in [
         ("HOST", "PORT", "--http", "8080", "HOST/PORT"),
         (
@@ -187,6 +183,14 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
         ),
     ] {
         let (h, p) = (var(host), var(port));
+        if let Some(path) = grpc_uds.as_deref().filter(|_| flag == "--grpc") {
+            for name in [host, port].into_iter().filter(|n| var(n).is_some()) {
+                out.ignored
+                    .push((name, "GRPC_UDS is set: gRPC listens on the Unix socket"));
+            }
+            push("GRPC_UDS", &["--grpc-uds", path]);
+            continue;
+        }
         if h.is_none() && p.is_none() && !envoy_mode {
             continue;
         }
@@ -283,6 +287,7 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
     }
 
     xds(&var, &mut out)?;
+    grpc_tls(&var, &mut out)?;
     redis(&var, &mut out)?;
     statistics(&var, envoy_mode, &mut out)?;
 
@@ -560,6 +565,58 @@ fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Re
             vec!["--deny-cache".into(), keys.to_string().into()],
             "LOCAL_CACHE_SIZE_IN_BYTES",
         ));
+    }
+    Ok(())
+}
+
+/// The gRPC listener's TLS variables, read (as there) only with `GRPC_SERVER_USE_TLS` on.
+fn grpc_tls(
+    var: &impl Fn(&str) -> Option<String>,
+    out: &mut FromEnvironment,
+) -> Result<(), EnvError> {
+    let on = match var("GRPC_SERVER_USE_TLS") {
+        Some(v) => switch("GRPC_SERVER_USE_TLS", &v)?,
+        None => false,
+    };
+    let files = [
+        ("GRPC_SERVER_TLS_CERT", "--grpc-tls-cert"),
+        ("GRPC_SERVER_TLS_KEY", "--grpc-tls-key"),
+        ("GRPC_CLIENT_TLS_CACERT", "--grpc-tls-client-ca"),
+        ("GRPC_CLIENT_TLS_SAN", "--grpc-tls-client-san"),
+    ];
+    if !on {
+        for (name, _) in files {
+            if var(name).is_some() {
+                out.ignored
+                    .push((name, "read only with GRPC_SERVER_USE_TLS=true"));
+            }
+        }
+        return Ok(());
+    }
+    for name in ["GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY"] {
+        if var(name).is_none() {
+            return Err(EnvError {
+                var: name,
+                reason: "GRPC_SERVER_USE_TLS=true needs the server's certificate chain \
+                         (GRPC_SERVER_TLS_CERT) and its key (GRPC_SERVER_TLS_KEY), PEM files"
+                    .into(),
+            });
+        }
+    }
+    out.args
+        .push((vec!["--grpc-tls".into()], "GRPC_SERVER_USE_TLS"));
+    let with_ca = var("GRPC_CLIENT_TLS_CACERT").is_some();
+    for (name, flag) in files {
+        match var(name) {
+            // Only a certificate signed by the CA is asked for; without one there is none to
+            // compare, as there.
+            Some(_) if name == "GRPC_CLIENT_TLS_SAN" && !with_ca => out.ignored.push((
+                name,
+                "no client certificate is asked without GRPC_CLIENT_TLS_CACERT",
+            )),
+            Some(v) => out.args.push((vec![flag.into(), v.into()], name)),
+            None => {}
+        }
     }
     Ok(())
 }
@@ -944,6 +1001,120 @@ mod tests {
                 "0.0.0.0:9102",
                 "--shadow-mode",
                 "--charge-denied"
+            ]
+        );
+    }
+
+    /// The flags and the ignored variables of `vars`.
+    fn with_ignored(vars: &[(&str, &str)]) -> (Vec<String>, Vec<&'static str>) {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let t = translate(|k| map.get(k).cloned()).unwrap();
+        let ignored = t.ignored.iter().map(|(name, _)| *name).collect();
+        let args = t
+            .args
+            .into_iter()
+            .flat_map(|(a, _)| a)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        (args, ignored)
+    }
+
+    #[test]
+    fn grpc_tls_variables_become_the_tls_flags() {
+        let tls = [
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+            ("GRPC_CLIENT_TLS_CACERT", "/certs/ca.crt"),
+            ("GRPC_CLIENT_TLS_SAN", "envoy.test"),
+        ];
+        assert_eq!(
+            from(&tls).unwrap(),
+            [
+                "--grpc-tls",
+                "--grpc-tls-cert",
+                "/certs/tls.crt",
+                "--grpc-tls-key",
+                "/certs/tls.key",
+                "--grpc-tls-client-ca",
+                "/certs/ca.crt",
+                "--grpc-tls-client-san",
+                "envoy.test"
+            ]
+        );
+        // Without the client CA no client certificate is asked: the SAN has none to check.
+        let (args, ignored) = with_ignored(&[tls[0], tls[1], tls[2], tls[4]]);
+        assert_eq!(
+            args,
+            [
+                "--grpc-tls",
+                "--grpc-tls-cert",
+                "/certs/tls.crt",
+                "--grpc-tls-key",
+                "/certs/tls.key"
+            ]
+        );
+        assert_eq!(ignored, ["GRPC_CLIENT_TLS_SAN"]);
+        // TLS off: the files are read by nothing, as there.
+        let mut off = tls;
+        off[0] = ("GRPC_SERVER_USE_TLS", "false");
+        let (args, ignored) = with_ignored(&off);
+        assert!(args.is_empty(), "{args:?}");
+        assert_eq!(ignored.len(), 4, "{ignored:?}");
+    }
+
+    #[test]
+    fn grpc_tls_without_its_pair_is_refused_by_name() {
+        let e = from(&[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "GRPC_SERVER_TLS_CERT", "{e}");
+        let e = from(&[
+            ("GRPC_SERVER_USE_TLS", "1"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "GRPC_SERVER_TLS_KEY", "{e}");
+        let e = from(&[("GRPC_SERVER_USE_TLS", "on")]).unwrap_err();
+        assert_eq!(e.var, "GRPC_SERVER_USE_TLS", "{e}");
+    }
+
+    #[test]
+    fn grpc_uds_replaces_the_grpc_address() {
+        let (args, ignored) = with_ignored(&[
+            ("GRPC_UDS", "/run/ratelimit.sock"),
+            ("GRPC_HOST", "0.0.0.0"),
+            ("GRPC_PORT", "9081"),
+        ]);
+        assert_eq!(args, ["--grpc-uds", "/run/ratelimit.sock"]);
+        assert_eq!(ignored, ["GRPC_HOST", "GRPC_PORT"]);
+        // As envoyproxy: the other listeners keep their defaults.
+        let args = from(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("USE_STATSD", "false"),
+            ("GRPC_UDS", "/run/ratelimit.sock"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--http",
+                "0.0.0.0:8080",
+                "--grpc-uds",
+                "/run/ratelimit.sock",
+                "--debug",
+                "0.0.0.0:6070",
+                "--grpc-max-connection-age",
+                "24h",
+                "--grpc-max-connection-age-grace",
+                "1h",
+                "--config",
+                "/data/config"
             ]
         );
     }

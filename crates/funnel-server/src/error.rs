@@ -1,9 +1,11 @@
 //! Why [`crate::run`] could not start the server, or why a listener failed while serving.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::ConfigError;
+use crate::grpc_tls::TlsError;
 use crate::rules::CompileError;
 
 /// What stopped the server.
@@ -33,6 +35,16 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The gRPC listener's Unix domain socket (`--grpc-uds`) could not be bound.
+    BindUnix {
+        /// The socket's path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC listener's TLS (`--grpc-tls-*`) could not be set up: a file that cannot be
+    /// read, a key that is not the certificate's.
+    GrpcTls(TlsError),
     /// The configuration could not be watched for changes.
     Watch(String),
     /// The xDS subscription could not start (its settings, a TLS file).
@@ -61,6 +73,10 @@ impl std::fmt::Display for Error {
             Error::ForwardAuth(e) => write!(f, "--forward-auth: {e}"),
             Error::Clock { interval, .. } => write!(f, "--recent-clock {interval:?}"),
             Error::Bind { listener, addr, .. } => write!(f, "cannot bind {listener} to {addr}"),
+            Error::BindUnix { path, .. } => {
+                write!(f, "cannot bind gRPC to the Unix socket {}", path.display())
+            }
+            Error::GrpcTls(e) => write!(f, "gRPC TLS: {e}"),
             Error::Watch(e) => write!(f, "{e}"),
             Error::Xds(e) => write!(f, "xDS: {e}"),
             Error::Statsd { target, .. } => write!(f, "statsd at {target}"),
@@ -74,8 +90,10 @@ impl std::error::Error for Error {
         match self {
             Error::Config(e) | Error::ForwardAuth(e) => Some(e),
             Error::Rules(e) => Some(e),
+            Error::GrpcTls(e) => e.source(),
             Error::Clock { source, .. }
             | Error::Bind { source, .. }
+            | Error::BindUnix { source, .. }
             | Error::Statsd { source, .. } => Some(source),
             Error::Serve { source, .. } => Some(source.as_ref()),
             Error::Watch(_) | Error::Xds(_) => None,

@@ -17,6 +17,7 @@
 //! (`statsd` in DogStatsD too: `dogstatsd` writes its lines, `mogrifier` its names and tags).
 //! `answers` holds envoyproxy/ratelimit's answer switches (shadow and quota modes, limit
 //! headers, per-descriptor charging) and `dynamic_metadata` the response's metadata;
+//! `grpc_listener` is the gRPC listener (TCP or a Unix socket) and `grpc_tls` its TLS;
 //! `forward_auth` serves nginx, Caddy and Traefik; `xds` takes the configuration from an xDS
 //! server instead of files.
 
@@ -38,6 +39,8 @@ mod forward_auth;
 pub mod fuzzing;
 mod go;
 mod grpc;
+mod grpc_listener;
+mod grpc_tls;
 mod http;
 mod json;
 mod limits;
@@ -57,6 +60,7 @@ pub use cli::main;
 pub use error::Error;
 pub use fleet::{HashTag, RedisType};
 pub use funnel_redis::OnFailure;
+pub use grpc_tls::{GrpcTls, TlsError, TlsSetting};
 pub use mogrifier::{Mogrifier, MogrifierError};
 pub use rules::RedisSettings;
 pub use server::{run, Options, Source};

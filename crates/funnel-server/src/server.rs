@@ -1,5 +1,6 @@
 //! The server: configuration loaded (from files, or subscribed to over xDS), gRPC and HTTP
-//! bound (and the debug and Prometheus listeners when asked), reload watched, statistics sent to statsd when asked, and on
+//! bound (gRPC on a Unix socket, over TLS, when asked; the debug and Prometheus listeners
+//! when asked), reload watched, statistics sent to statsd when asked, and on
 //! SIGTERM or SIGINT the health checks turned to failing, in-flight calls drained, and a clean
 //! exit.
 //!
@@ -19,15 +20,15 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt as _;
-use tonic::transport::server::TcpIncoming;
 
 use crate::clock::UnixClock;
 use crate::config::Config;
-use crate::connection_age::{Aged, ConnectionAge};
+use crate::connection_age::ConnectionAge;
 use crate::decide::Decider;
 use crate::error::Error;
 use crate::grpc::Service;
+use crate::grpc_listener::Bound;
+use crate::grpc_tls::GrpcTls;
 use crate::limits::MAX_REQUEST_BYTES;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{RedisSettings, Registry};
@@ -51,6 +52,10 @@ pub struct Options {
     pub source: Source,
     /// The gRPC address.
     pub grpc: SocketAddr,
+    /// A Unix domain socket for gRPC instead of `grpc` (envoyproxy/ratelimit's `GRPC_UDS`).
+    pub grpc_uds: Option<PathBuf>,
+    /// gRPC over TLS, mutual when a client CA is given.
+    pub grpc_tls: Option<GrpcTls>,
     /// The HTTP address (`/healthcheck`, `/metrics`, `POST /json`), if any.
     pub http: Option<SocketAddr>,
     /// The debug address (`/rlconfig`, `/stats`), if any.
@@ -90,6 +95,8 @@ impl Options {
         Options {
             source,
             grpc,
+            grpc_uds: None,
+            grpc_tls: None,
             http: None,
             debug: None,
             prometheus: None,
@@ -129,6 +136,14 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             crate::forward_auth::Settings::load(p).map_err(Error::ForwardAuth)?,
         )),
         None => None,
+    };
+    // Checked before anything binds; the watcher swaps the certificate while it lives.
+    let (grpc_tls, _certificate_watcher) = match &opts.grpc_tls {
+        Some(tls) => {
+            let (acceptor, watcher) = crate::grpc_tls::acceptor(tls).map_err(Error::GrpcTls)?;
+            (Some(acceptor), Some(watcher))
+        }
+        None => (None, None),
     };
     let clock = match opts.recent_clock {
         None => UnixClock::new(),
@@ -186,8 +201,17 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         None => None,
     };
 
-    let grpc = bind("gRPC", opts.grpc).await?;
-    let grpc_addr = local_addr("gRPC", &grpc)?;
+    let grpc = match &opts.grpc_uds {
+        Some(path) => crate::grpc_listener::bind_unix(path).map_err(|source| Error::BindUnix {
+            path: path.clone(),
+            source,
+        })?,
+        None => Bound::Tcp(bind("gRPC", opts.grpc).await?),
+    };
+    let grpc_addr = grpc.describe().map_err(|source| Error::Serve {
+        listener: "gRPC",
+        source: Box::new(source),
+    })?;
     let http = bind_some("HTTP", opts.http).await?;
     let debug = bind_some("debug", opts.debug).await?;
     let prometheus = bind_some("Prometheus", opts.prometheus.as_ref().map(|p| p.0)).await?;
@@ -216,8 +240,6 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let service = RateLimitServiceServer::new(Service::new(decider.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES);
     let mut stop = stop_rx.clone();
-    // tonic's own `tcp_nodelay` applies only to listeners it binds; this one is ours.
-    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
     let mut builder = tonic::transport::Server::builder();
     // The GOAWAY at the age is tonic's; the close after the grace is `Aged`'s (see
     // connection_age.rs for why tonic is not given the grace).
@@ -227,19 +249,23 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         builder = builder.max_connection_age(max);
         lifetime = age.grace.map(|grace| max + grace);
     }
-    let incoming = incoming.map(move |io| io.map(|io| Aged::new(io, lifetime)));
+    let router = builder.add_service(health_service).add_service(service);
+    if grpc_tls.is_some() {
+        let mutual = opts
+            .grpc_tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca.is_some());
+        tracing::info!(mutual, "gRPC over TLS");
+    }
     let grpc_task = tokio::spawn(async move {
-        builder
-            .add_service(health_service)
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(|e| Error::Serve {
-                listener: "gRPC",
-                source: Box::new(e),
-            })
+        crate::grpc_listener::serve(router, grpc, grpc_tls, lifetime, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await
+        .map_err(|e| Error::Serve {
+            listener: "gRPC",
+            source: Box::new(e),
+        })
     });
     let mut listeners: Vec<Listener> = vec![("gRPC", grpc_task)];
     let mut line = format!("funnel-server listening grpc={grpc_addr}");

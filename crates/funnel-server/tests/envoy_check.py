@@ -1,7 +1,9 @@
 """An independent client of funnel-server: Envoy's v3 messages as the PyPI package
 envoy-data-plane generates them (betterproto2), sent with grpcio's sync stub.
 
-Usage: python3 envoy_check.py HOST:PORT  (the server runs tests/envoy_check.yaml).
+Usage: python3 envoy_check.py HOST:PORT [CA CERT KEY]  (the server runs tests/envoy_check.yaml).
+With CA, CERT and KEY (PEM files): over mutual TLS, the server checked against CA, the client
+presenting CERT.
 Exits non-zero with a message on the first answer that is not the expected one.
 """
 
@@ -32,7 +34,13 @@ def descriptor(*entries, hits=None, limit=None):
 
 
 def main():
-    stub = RateLimitServiceSyncStub(grpc.insecure_channel(sys.argv[1]))
+    if len(sys.argv) == 5:
+        ca, cert, key = (open(path, "rb").read() for path in sys.argv[2:5])
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        channel = grpc.secure_channel(sys.argv[1], credentials)
+    else:
+        channel = grpc.insecure_channel(sys.argv[1])
+    stub = RateLimitServiceSyncStub(channel)
 
     def call(*descriptors, hits_addend=0):
         return stub.should_rate_limit(

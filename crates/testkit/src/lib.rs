@@ -18,6 +18,8 @@
 //!   funnel-redis's fuzz body;
 //! * [`redis_cell`] (feature `redis`): where the redis-cell module's library is (built by
 //!   `.ci/redis-cell.sh`), and a server with it loaded, for the `CL.THROTTLE` tests and rows;
+//! * [`certificates`]: a CA and the server and client certificates it signs, made with the
+//!   `openssl` program, for the TLS tests;
 //! * [`skip`]: a test that needs a tool from outside Cargo skipped visibly, with a count at
 //!   exit, under one switch (`FUNNEL_REQUIRE_TOOLS=1`) that makes a missing tool fail;
 //! * [`zipf`]: the Zipf sampler (YCSB's) of the harness's and `icount`'s Zipf key streams;
@@ -28,6 +30,7 @@
 //! test support lives in their `tests/it/common`.
 
 pub mod alloc;
+pub mod certificates;
 pub mod corpus;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;

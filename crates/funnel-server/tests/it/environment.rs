@@ -174,7 +174,7 @@ fn a_variable_it_cannot_honour_refuses_the_start_by_name() {
     let root_s = root.to_string_lossy().into_owned();
     for (var, value) in [
         ("BACKEND_TYPE", "memcache"),
-        ("GRPC_UDS", "/run/ratelimit.sock"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/ratelimit/mapper.yaml"),
         ("NEAR_LIMIT_RATIO", "0.5"),
     ] {
         let mut vars: Vec<(&str, &str)> = LOOPBACK.to_vec();

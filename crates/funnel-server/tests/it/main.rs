@@ -5,7 +5,8 @@
 //! The answers of envoyproxy/ratelimit (`answers`, `grpc`); its configuration features
 //! (`configuration`), environment (`environment`) and migration guide (`migration`);
 //! configuration over xDS (`xds`); an independent Envoy client (`envoy_data_plane`); running
-//! the server (`operate`, `metrics`, `dogstatsd`, `nodelay`); fleet mode on Redis (`fleet`); the
+//! the server (`operate`, `metrics`, `dogstatsd`, `nodelay`); gRPC over TLS and on a Unix
+//! socket (`grpc_tls`); fleet mode on Redis (`fleet`); the
 //! forward-auth endpoint, directly and behind nginx and Caddy (`forward_auth`,
 //! `forward_auth_proxies`); and the fuzz bodies on stable (`fuzz_bodies`).
 
@@ -21,6 +22,7 @@ mod forward_auth;
 mod forward_auth_proxies;
 mod fuzz_bodies;
 mod grpc;
+mod grpc_tls;
 mod metrics;
 mod migration;
 mod nodelay;

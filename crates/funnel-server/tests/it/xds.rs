@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -526,64 +525,14 @@ fn a_missing_or_doubled_source_and_bad_settings_refuse_the_start() {
     );
 }
 
-/// Writes a CA, a server certificate for 127.0.0.1 and a client certificate into `dir` with
-/// the openssl program.
-fn certificates(openssl: &std::path::Path, dir: &std::path::Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new(openssl)
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl runs");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    run(&[
-        &["req", "-x509"][..],
-        &ec,
-        &[
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=funnel test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-    ]
-    .concat());
-    for (name, ext) in [
-        ("server", "subjectAltName=IP:127.0.0.1,DNS:xds.test\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"),
-        ("client", "subjectAltName=DNS:funnel-server\nextendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n"),
-    ] {
-        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-        run(&[&["req"][..], &ec, &["-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", &format!("/CN={name}")]].concat());
-        run(&["x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", &format!("{name}.crt"), "-days", "2", "-extfile", &format!("{name}.ext")]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_to_the_xds_server_as_envoy_gateway_runs_it() {
-    let Some(openssl) = funnel_testkit::skip::program("openssl", "apt-get install openssl") else {
+    let dir = scratch("xds-tls");
+    let Some(ca) = funnel_testkit::certificates::Authority::new(&dir, "ca") else {
         return;
     };
-    let dir = scratch("xds-tls");
-    certificates(&openssl, &dir);
+    ca.server("server", &["IP:127.0.0.1", "DNS:xds.test"]);
+    ca.client("client", &["DNS:funnel-server"]);
     let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
     let tls = tonic::transport::ServerTlsConfig::new()
         .identity(tonic::transport::Identity::from_pem(

@@ -21,7 +21,10 @@ pub mod proto;
 /// A running server, killed when dropped.
 pub struct Server {
     pub child: Child,
+    /// The gRPC address; unspecified when gRPC is on a Unix socket (`grpc_uds`).
     pub grpc: SocketAddr,
+    /// The gRPC listener's Unix socket, when it is on one (`--grpc-uds`).
+    pub grpc_uds: Option<PathBuf>,
     pub http: SocketAddr,
     pub stderr: PathBuf,
     /// The line the server printed once bound.
@@ -106,8 +109,20 @@ impl Server {
                 .and_then(|a| a.parse().ok())
                 .unwrap_or_else(|| panic!("no {name} in {line:?}"))
         };
+        let grpc = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("grpc="))
+            .unwrap_or_else(|| panic!("no grpc= in {line:?}"));
+        let (grpc, grpc_uds) = match grpc.strip_prefix("unix:") {
+            Some(path) => (
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                Some(PathBuf::from(path)),
+            ),
+            None => (field("grpc="), None),
+        };
         Ok(Server {
-            grpc: field("grpc="),
+            grpc,
+            grpc_uds,
             http: field("http="),
             child,
             stderr,

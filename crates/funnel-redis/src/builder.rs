@@ -26,9 +26,9 @@ pub struct Builder {
     auth: Option<(Option<String>, String)>,
     /// User and password for the sentinels, over their URLs' own.
     sentinel_auth: Option<(Option<String>, String)>,
-    /// The certificate (PEM) `rediss://` servers are checked against, instead of the system's.
+    /// How `rediss://` servers are checked, and the certificate shown to them.
     #[cfg(feature = "tls")]
-    tls_root: Option<Vec<u8>>,
+    tls: crate::tls::Tls,
     quota: Quota,
     backend: Backend,
     prefix: String,
@@ -58,7 +58,7 @@ impl RedisLimiter {
             auth: None,
             sentinel_auth: None,
             #[cfg(feature = "tls")]
-            tls_root: None,
+            tls: crate::tls::Tls::default(),
             quota,
             backend: Backend::Script,
             prefix: "funnel:".into(),
@@ -222,20 +222,78 @@ impl Builder {
     /// instead of the system's root certificates: for a private CA. Cargo feature `tls`.
     #[cfg(feature = "tls")]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root = Some(pem.into());
+        self.tls.root = Some(pem.into());
         self
     }
 
-    /// A client for `info`, with the `tls_root_certificate` when given.
+    /// The certificate chain and private key (both PEM, the chain leaf first) this client shows
+    /// to `rediss://` servers that require one (`tls-auth-clients yes`): every server, a
+    /// cluster's nodes, the sentinels and the primary they name. Checked when the limiter is
+    /// built ([`Error::InvalidSetting`] for a file that holds no certificate or no key).
+    /// Cargo feature `tls`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use funnel::Quota;
+    /// # use funnel_redis::RedisLimiter;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RedisLimiter::builder("rediss://redis.internal:6380/", Quota::per_second(10)?)
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/ca.crt")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/redis/client.crt")?,
+    ///         std::fs::read("/etc/redis/client.key")?,
+    ///     )
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Accept a `rediss://` server's certificate although none of its names is the host
+    /// dialed (default `false`: the name is checked). The certificate must still chain to a
+    /// trusted root, the [`tls_root_certificate`](Self::tls_root_certificate) or the system's,
+    /// and be valid now: only the name is not compared. For servers reached by an address their
+    /// certificate does not name, such as cluster nodes announcing their IP addresses; any
+    /// certificate the authority signed, for whatever host, is then accepted from this one.
+    /// Cargo feature `tls`.
+    ///
+    /// The `redis` crate's `#insecure` URL fragment, which checks nothing, is refused
+    /// ([`Error::InvalidSetting`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use funnel::Quota;
+    /// # use funnel_redis::RedisLimiter;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The server's certificate names `redis.internal`; it is dialed at its address.
+    /// let limiter = RedisLimiter::builder("rediss://10.0.0.7:6380/", Quota::per_second(10)?)
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/ca.crt")?)
+    ///     .tls_skip_hostname_verification(true)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_skip_hostname_verification(mut self, skip: bool) -> Self {
+        self.tls.skip_hostname_verification = skip;
+        self
+    }
+
+    /// A client for `info`, with the TLS settings when built with them.
     fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, Error> {
         #[cfg(feature = "tls")]
-        if let Some(root) = &self.tls_root {
-            let certificates = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root.clone()),
-            };
-            return redis::Client::build_with_tls(info, certificates).map_err(Error::InvalidUrl);
-        }
+        return self.tls.client(info).map_err(Error::InvalidUrl);
+        #[cfg(not(feature = "tls"))]
         redis::Client::open(info).map_err(Error::InvalidUrl)
     }
 
@@ -291,6 +349,8 @@ impl Builder {
                 ),
             });
         }
+        #[cfg(feature = "tls")]
+        self.tls.check()?;
         let policy = Policy::new(self.on_failure, self.quota, self.outage_retry_after)?;
         let cache = match self.cache_capacity {
             0 => None,
@@ -403,13 +463,7 @@ impl Builder {
                 .response_timeout(self.response_timeout())
                 .retries(2);
             #[cfg(feature = "tls")]
-            let builder = match &self.tls_root {
-                Some(root) => builder.certs(redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root.clone()),
-                }),
-                None => builder,
-            };
+            let builder = self.tls.cluster(builder);
             let client = builder.build().map_err(Error::InvalidUrl)?;
             return Ok(Target::Cluster(client));
         }
@@ -452,6 +506,8 @@ impl Builder {
                     .as_str()
                     .into_connection_info()
                     .map_err(Error::InvalidUrl)?;
+                #[cfg(feature = "tls")]
+                crate::tls::refuse_insecure(&info)?;
                 overlay(&mut info.redis, self.auth.as_ref());
                 Ok(info)
             })
@@ -467,6 +523,8 @@ impl Builder {
                 .as_str()
                 .into_connection_info()
                 .map_err(Error::InvalidUrl)?;
+            #[cfg(feature = "tls")]
+            crate::tls::refuse_insecure(&info)?;
             first.get_or_insert_with(|| info.clone());
             overlay(&mut info.redis, self.sentinel_auth.as_ref());
             sentinels.push(self.client(info)?);
@@ -490,7 +548,7 @@ impl Builder {
                 settings,
                 tls: matches!(first.addr, redis::ConnectionAddr::TcpTls { .. }),
                 #[cfg(feature = "tls")]
-                tls_root: self.tls_root.clone(),
+                tls_settings: self.tls.clone(),
                 connect_timeout: self.connect_timeout,
                 config: self.manager_config(),
             },

@@ -165,8 +165,13 @@
 //! [`Builder::sentinel`] asks the sentinels for the primary at every connection and checks it
 //! with `ROLE`; behind sentinels a lost connection, like `READONLY`, makes the limiter connect
 //! again through them, so it follows a failover. [`Builder::auth`] sets the credentials of
-//! every server. With the cargo feature `tls`, `rediss://` URLs are reached through rustls, and
-//! `Builder::tls_root_certificate` trusts a private authority.
+//! every server. With the cargo feature `tls`, `rediss://` URLs are reached through rustls:
+//! `Builder::tls_root_certificate` trusts a private authority, `Builder::tls_client_certificate`
+//! shows a client certificate to servers that require one, and
+//! `Builder::tls_skip_hostname_verification` accepts a certificate that does not name the host
+//! dialed while still checking its chain (the `redis` crate's `#insecure` URLs, which check
+//! nothing, are refused). Every kind of target takes them: a server, a cluster's nodes, the
+//! sentinels and the primary they name.
 //!
 //! ## Redis Cluster
 //!
@@ -210,6 +215,8 @@ mod policy;
 mod remote;
 mod reply;
 mod script;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use builder::Builder;
 pub use error::{Error, Failure};

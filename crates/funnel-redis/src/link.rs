@@ -28,6 +28,9 @@ use tokio::sync::Notify;
 pub(crate) const LONGEST_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Where to connect.
+// One per limiter, cloned once per attempt to connect: its size does not matter, and without the
+// `cluster` feature the single server's client is the one large variant.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
@@ -47,9 +50,9 @@ pub(crate) struct Sentinel {
     pub(crate) settings: redis::RedisConnectionInfo,
     /// Whether the primary is reached over TLS.
     pub(crate) tls: bool,
-    /// The certificate authority the primary's certificate must chain to, when not the system's.
+    /// How the primary's certificate is checked, and the certificate shown to it.
     #[cfg(feature = "tls")]
-    pub(crate) tls_root: Option<Vec<u8>>,
+    pub(crate) tls_settings: crate::tls::Tls,
     /// How long asking one sentinel may take.
     pub(crate) connect_timeout: Duration,
     pub(crate) config: ConnectionManagerConfig,
@@ -109,16 +112,7 @@ impl Sentinel {
             redis: self.settings.clone(),
         };
         #[cfg(feature = "tls")]
-        let client = match &self.tls_root {
-            Some(root) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root.clone()),
-                },
-            )?,
-            None => redis::Client::open(info)?,
-        };
+        let client = self.tls_settings.client(info)?;
         #[cfg(not(feature = "tls"))]
         let client = redis::Client::open(info)?;
         let mut conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;

@@ -185,6 +185,17 @@ struct Args {
     /// system's root certificates.
     #[arg(long, value_name = "FILE")]
     redis_tls_ca_cert: Option<PathBuf>,
+    /// A client certificate (PEM file, the chain leaf first) shown to Redis servers that
+    /// require one (`tls-auth-clients yes`), with --redis-tls-client-key.
+    #[arg(long, value_name = "FILE", requires = "redis_tls_client_key")]
+    redis_tls_client_cert: Option<PathBuf>,
+    /// The private key (PEM file) of --redis-tls-client-cert.
+    #[arg(long, value_name = "FILE", requires = "redis_tls_client_cert")]
+    redis_tls_client_key: Option<PathBuf>,
+    /// Accept a Redis TLS certificate that does not name the host dialed. Its chain is still
+    /// checked against --redis-tls-ca-cert or the system's roots.
+    #[arg(long)]
+    redis_tls_skip_hostname_verification: bool,
     /// `domain`: every Redis key of a domain in one cluster slot, so that a request's
     /// descriptors are charged together in one script on a cluster too.
     #[arg(long, value_enum, default_value = "none")]
@@ -441,6 +452,8 @@ impl Args {
             sentinel_auth: self.redis_sentinel_auth,
             tls: self.redis_tls,
             tls_ca_cert: self.redis_tls_ca_cert,
+            tls_client_cert: self.redis_tls_client_cert.zip(self.redis_tls_client_key),
+            tls_skip_hostname_verification: self.redis_tls_skip_hostname_verification,
             hash_tag: self.redis_hash_tag,
             on_failure,
             deny_cache: self.deny_cache,

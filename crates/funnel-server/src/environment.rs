@@ -112,24 +112,12 @@ const HARMLESS: [(&str, &str); 17] = [
 
 /// Variables asking for what funnel-server does not do: refused when set (to anything but
 /// their off value, for switches).
-const REFUSED: [(&str, &str); 5] = [
+const REFUSED: [(&str, &str); 2] = [
     (
         "PROMETHEUS_MAPPER_YAML",
         "the Prometheus names are fixed (see the README)",
     ),
     ("REDIS_PERSECOND", "per-second limits share the one Redis"),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        "Redis client certificates are not supported",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        "Redis client certificates are not supported",
-    ),
-    (
-        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
-        "Redis TLS always verifies the host name",
-    ),
 ];
 
 /// The flags envoyproxy/ratelimit's environment means, read through `get`.
@@ -346,6 +334,39 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
     Ok(out)
 }
 
+/// `REDIS_TLS_CLIENT_CERT` and `REDIS_TLS_CLIENT_KEY`: both or neither (envoyproxy/ratelimit
+/// quietly drops one alone, and the server then refuses the connection for want of it: the
+/// half-given pair is reported at start instead).
+fn redis_client_certificate(
+    var: &impl Fn(&str) -> Option<String>,
+    out: &mut FromEnvironment,
+) -> Result<(), EnvError> {
+    match (var("REDIS_TLS_CLIENT_CERT"), var("REDIS_TLS_CLIENT_KEY")) {
+        (Some(cert), Some(key)) => {
+            out.args.push((
+                vec!["--redis-tls-client-cert".into(), cert.into()],
+                "REDIS_TLS_CLIENT_CERT",
+            ));
+            out.args.push((
+                vec!["--redis-tls-client-key".into(), key.into()],
+                "REDIS_TLS_CLIENT_KEY",
+            ));
+            Ok(())
+        }
+        (Some(_), None) => Err(EnvError {
+            var: "REDIS_TLS_CLIENT_CERT",
+            reason: "set without REDIS_TLS_CLIENT_KEY, its private key: set both or neither".into(),
+        }),
+        (None, Some(_)) => Err(EnvError {
+            var: "REDIS_TLS_CLIENT_KEY",
+            reason: "set without REDIS_TLS_CLIENT_CERT, the certificate it is the key of: set \
+                     both or neither"
+                .into(),
+        }),
+        (None, None) => Ok(()),
+    }
+}
+
 /// The Redis variables.
 /// The xDS client's variables (`CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and the two start and
 /// health switches), read whatever `CONFIG_TYPE` says, as envoyproxy/ratelimit reads them: they
@@ -541,6 +562,15 @@ fn redis(var: &impl Fn(&str) -> Option<String>, out: &mut FromEnvironment) -> Re
             vec!["--redis-tls-ca-cert".into(), ca.into()],
             "REDIS_TLS_CACERT",
         ));
+    }
+    redis_client_certificate(var, out)?;
+    if let Some(v) = var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
+        if switch("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", &v)? {
+            out.args.push((
+                vec!["--redis-tls-skip-hostname-verification".into()],
+                "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+            ));
+        }
     }
     if let Some(t) = var("REDIS_TIMEOUT") {
         let d = crate::go::duration(&t).map_err(|reason| EnvError {
@@ -825,6 +855,82 @@ mod tests {
         assert_eq!(args, ["--redis", "redis+unix:///run/redis.sock"]);
         let args = from(&[("REDIS_URL", "m,h1:26379"), ("REDIS_TYPE", "SENTINEL")]).unwrap();
         assert_eq!(args, ["--redis", "m,h1:26379", "--redis-type", "sentinel"]);
+    }
+
+    #[test]
+    fn redis_client_certificates_and_the_host_name_check_map_to_flags() {
+        let args = from(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.internal:6380"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", "/certs/ca.crt"),
+            ("REDIS_TLS_CLIENT_CERT", "/certs/tls.crt"),
+            ("REDIS_TLS_CLIENT_KEY", "/certs/tls.key"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--redis",
+                "rediss://redis.internal:6380",
+                "--redis-tls-ca-cert",
+                "/certs/ca.crt",
+                "--redis-tls-client-cert",
+                "/certs/tls.crt",
+                "--redis-tls-client-key",
+                "/certs/tls.key",
+                "--redis-tls-skip-hostname-verification"
+            ]
+        );
+        // The same for a cluster and for sentinel, whose lists go through --redis-type.
+        let args = from(&[
+            ("REDIS_URL", "h1:6379,h2:6379"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CLIENT_CERT", "/certs/tls.crt"),
+            ("REDIS_TLS_CLIENT_KEY", "/certs/tls.key"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false"),
+        ])
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--redis",
+                "h1:6379,h2:6379",
+                "--redis-type",
+                "cluster",
+                "--redis-tls",
+                "--redis-tls-client-cert",
+                "/certs/tls.crt",
+                "--redis-tls-client-key",
+                "/certs/tls.key"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_client_certificate_without_its_key_or_a_key_alone_is_refused() {
+        let e = from(&[
+            ("REDIS_URL", "h:1"),
+            ("REDIS_TLS_CLIENT_CERT", "/certs/tls.crt"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "REDIS_TLS_CLIENT_CERT");
+        assert!(e.reason.contains("REDIS_TLS_CLIENT_KEY"), "{e}");
+        let e = from(&[
+            ("REDIS_URL", "h:1"),
+            ("REDIS_TLS_CLIENT_KEY", "/certs/tls.key"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "REDIS_TLS_CLIENT_KEY");
+        assert!(e.reason.contains("REDIS_TLS_CLIENT_CERT"), "{e}");
+        let e = from(&[
+            ("REDIS_URL", "h:1"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "sometimes"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION");
     }
 
     /// The names in backquotes of the README paragraph that starts with `lead`.

@@ -15,7 +15,13 @@
 //! server (over a URL's own credentials). The sentinels take `--redis-sentinel-auth`
 //! (`REDIS_SENTINEL_AUTH`), of the same form, over their URLs' own. `--redis-tls`
 //! (`REDIS_TLS`) turns a `host:port` into `rediss://host:port`; `--redis-tls-ca-cert`
-//! (`REDIS_TLS_CACERT`) names the certificate authority to trust instead of the system's.
+//! (`REDIS_TLS_CACERT`) names the certificate authority to trust instead of the system's;
+//! `--redis-tls-client-cert` and `--redis-tls-client-key` (`REDIS_TLS_CLIENT_CERT`,
+//! `REDIS_TLS_CLIENT_KEY`) the certificate shown to servers that require one;
+//! `--redis-tls-skip-hostname-verification` (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`) accepts a
+//! certificate for another name, its chain still checked. The TLS settings apply to every
+//! server of every `--redis-type`: the single server, a cluster's nodes, the sentinels and the
+//! primary they name.
 
 use clap::ValueEnum;
 use funnel_redis::Stats;
@@ -125,6 +131,18 @@ pub fn builder(
         let pem = std::fs::read(path)
             .map_err(|e| format!("--redis-tls-ca-cert {}: {e}", path.display()))?;
         builder = builder.tls_root_certificate(pem);
+    }
+    if let Some((cert, key)) = &settings.tls_client_cert {
+        let read = |flag: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+        };
+        builder = builder.tls_client_certificate(
+            read("--redis-tls-client-cert", cert)?,
+            read("--redis-tls-client-key", key)?,
+        );
+    }
+    if settings.tls_skip_hostname_verification {
+        builder = builder.tls_skip_hostname_verification(true);
     }
     if let Some((user, password)) = settings.auth.as_deref().map(credentials) {
         builder = builder.auth(user, password);

@@ -393,6 +393,13 @@ pub struct RedisSettings {
     /// The certificate authority (PEM file) TLS servers must chain to, instead of the system's
     /// roots (`--redis-tls-ca-cert`, `REDIS_TLS_CACERT`).
     pub tls_ca_cert: Option<std::path::PathBuf>,
+    /// The client certificate and its private key (PEM files) shown to TLS servers
+    /// (`--redis-tls-client-cert` and `--redis-tls-client-key`, `REDIS_TLS_CLIENT_CERT` and
+    /// `REDIS_TLS_CLIENT_KEY`).
+    pub tls_client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Accept a TLS certificate for another name, its chain still checked
+    /// (`--redis-tls-skip-hostname-verification`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`).
+    pub tls_skip_hostname_verification: bool,
     /// Where a request's keys land on a cluster.
     pub hash_tag: crate::fleet::HashTag,
     /// What to answer when Redis cannot.

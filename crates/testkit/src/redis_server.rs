@@ -6,6 +6,12 @@
 //! [`RedisCluster`] starts several such servers with `--cluster-enabled yes` and joins them
 //! with `redis-cli --cluster create`, each node a master.
 //!
+//! Over TLS, [`Certificates`] are made by the `openssl` program (an authority, a server
+//! certificate for the names a test chooses, a client certificate): [`RedisTls`] is a server
+//! listening for TLS too, optionally requiring client certificates, with a sentinel of its own
+//! ([`RedisTls::start_sentinel`]); [`RedisTlsCluster`] is a cluster whose nodes speak TLS to
+//! clients and to each other.
+//!
 //! A server that answers PING is checked to be ours (its `process_id` is our child's) before it
 //! is handed out; a port taken between our probe and the server's bind is retried (3 tries).
 //! Only a signal that kills this process outright (SIGKILL) leaves a server running; its
@@ -14,7 +20,7 @@
 use std::ffi::OsString;
 use std::fs;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -486,80 +492,118 @@ pub fn sentinel() -> Option<RedisSentinel> {
         .then(|| RedisSentinel::start().unwrap_or_else(|e| panic!("a sentinel group: {e}")))
 }
 
-/// A server that also listens for TLS (`--tls-port`), with a certificate for 127.0.0.1 signed by
-/// a certificate authority made for it (by the `openssl` program), both removed on drop.
-pub struct RedisTls {
-    server: RedisServer,
-    tls_port: u16,
-    ca_pem: Vec<u8>,
-    dir: PathBuf,
+/// How the TLS servers of [`RedisTls`], [`RedisTlsCluster`] and [`TlsSentinel`] check their
+/// clients and name themselves.
+#[derive(Clone, Debug)]
+pub struct TlsOptions {
+    /// Require every TLS client to show a certificate signed by the authority
+    /// (`--tls-auth-clients yes`); otherwise none is asked for.
+    pub require_client_certificates: bool,
+    /// The server certificate's subjectAltName, as `openssl` writes it: `IP:127.0.0.1` (the
+    /// default, the address clients dial) or a name they do not dial, such as
+    /// `DNS:redis.invalid`.
+    pub server_names: String,
 }
 
-impl RedisTls {
-    /// Makes the certificates with `openssl` (at `openssl`) and starts the server; its plain port
-    /// stays open for the launcher's own checks.
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions {
+            require_client_certificates: false,
+            server_names: "IP:127.0.0.1".into(),
+        }
+    }
+}
+
+/// A certificate authority made by the `openssl` program in a directory of its own, with a
+/// server certificate and a client certificate it signed; the directory is removed on drop.
+pub struct Certificates {
+    dir: PathBuf,
+    ca_pem: Vec<u8>,
+    options: TlsOptions,
+}
+
+impl Certificates {
+    /// Makes the authority (`ca.crt`), the server's certificate for `options.server_names`
+    /// (`server.crt`, `server.key`) and a client certificate (`client.crt`, `client.key`).
     ///
     /// # Errors
     ///
-    /// When `openssl` fails or the server does not start.
-    pub fn start(openssl: &std::path::Path) -> Result<RedisTls, String> {
+    /// When `openssl` fails.
+    pub fn make(openssl: &Path, options: &TlsOptions) -> Result<Certificates, String> {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let dir =
             std::env::temp_dir().join(format!("funnel-redis-tls-{}-{nanos}", std::process::id()));
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
-        fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n")
-            .map_err(|e| format!("cannot write san.cnf: {e}"))?;
-        let steps: [Vec<String>; 3] = [
-            [
+        // From here on `Drop` removes the directory on every return.
+        let mut certificates = Certificates {
+            dir,
+            ca_pem: Vec::new(),
+            options: options.clone(),
+        };
+        certificates.run_openssl(openssl)?;
+        certificates.ca_pem =
+            fs::read(certificates.ca_file()).map_err(|e| format!("reading ca.crt: {e}"))?;
+        Ok(certificates)
+    }
+
+    fn run_openssl(&self, openssl: &Path) -> Result<(), String> {
+        let path = |name: &str| self.dir.join(name).to_string_lossy().into_owned();
+        fs::write(
+            self.dir.join("server.cnf"),
+            format!("subjectAltName={}\n", self.options.server_names),
+        )
+        .map_err(|e| format!("cannot write server.cnf: {e}"))?;
+        fs::write(self.dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n")
+            .map_err(|e| format!("cannot write client.cnf: {e}"))?;
+        let owned = |args: &[&str]| args.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let mut steps = vec![owned(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=funnel test authority",
+            "-keyout",
+            &path("ca.key"),
+            "-out",
+            &path("ca.crt"),
+        ])];
+        for who in ["server", "client"] {
+            steps.push(owned(&[
                 "req",
-                "-x509",
                 "-newkey",
                 "rsa:2048",
                 "-nodes",
+                "-subj",
+                &format!("/CN=funnel test {who}"),
+                "-keyout",
+                &path(&format!("{who}.key")),
+                "-out",
+                &path(&format!("{who}.csr")),
+            ]));
+            steps.push(owned(&[
+                "x509",
+                "-req",
                 "-days",
                 "2",
-                "-subj",
-                "/CN=funnel test authority",
-                "-keyout",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain([path("ca.key"), "-out".into(), path("ca.crt")])
-            .collect(),
-            [
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                "/CN=127.0.0.1",
-                "-keyout",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain([path("server.key"), "-out".into(), path("server.csr")])
-            .collect(),
-            vec![
-                "x509".into(),
-                "-req".into(),
-                "-days".into(),
-                "2".into(),
-                "-in".into(),
-                path("server.csr"),
-                "-CA".into(),
-                path("ca.crt"),
-                "-CAkey".into(),
-                path("ca.key"),
-                "-CAcreateserial".into(),
-                "-extfile".into(),
-                path("san.cnf"),
-                "-out".into(),
-                path("server.crt"),
-            ],
-        ];
+                "-in",
+                &path(&format!("{who}.csr")),
+                "-CA",
+                &path("ca.crt"),
+                "-CAkey",
+                &path("ca.key"),
+                "-CAcreateserial",
+                "-extfile",
+                &path(&format!("{who}.cnf")),
+                "-out",
+                &path(&format!("{who}.crt")),
+            ]));
+        }
         for step in &steps {
             let out = Command::new(openssl)
                 .args(step)
@@ -567,7 +611,6 @@ impl RedisTls {
                 .output()
                 .map_err(|e| format!("cannot run openssl: {e}"))?;
             if !out.status.success() {
-                let _ = fs::remove_dir_all(&dir);
                 return Err(format!(
                     "openssl {}: {}",
                     step[0],
@@ -575,27 +618,113 @@ impl RedisTls {
                 ));
             }
         }
-        let ca_pem = fs::read(dir.join("ca.crt")).map_err(|e| format!("reading ca.crt: {e}"))?;
+        Ok(())
+    }
+
+    /// `redis-server`'s arguments to listen for TLS on `tls_port` with these certificates, and
+    /// to check clients as the options say. A server's connections to other servers (a
+    /// cluster's bus, a sentinel's to the primary) show the server's certificate.
+    fn server_args(&self, tls_port: u16) -> Vec<String> {
+        let path = |name: &str| self.dir.join(name).to_string_lossy().into_owned();
+        let auth_clients = if self.options.require_client_certificates {
+            "yes"
+        } else {
+            "no"
+        };
+        [
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path("server.crt"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.crt"),
+            "--tls-auth-clients".into(),
+            auth_clients.into(),
+        ]
+        .into()
+    }
+
+    /// The certificate authority's certificate (PEM), which signed the server's and the
+    /// client's.
+    pub fn ca_pem(&self) -> &[u8] {
+        &self.ca_pem
+    }
+
+    /// The certificate authority's certificate file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The client certificate file (PEM), signed by the authority.
+    pub fn client_cert_file(&self) -> PathBuf {
+        self.dir.join("client.crt")
+    }
+
+    /// The client certificate's private key file (PEM).
+    pub fn client_key_file(&self) -> PathBuf {
+        self.dir.join("client.key")
+    }
+
+    /// The client certificate (PEM).
+    ///
+    /// # Panics
+    ///
+    /// When the file cannot be read.
+    pub fn client_cert_pem(&self) -> Vec<u8> {
+        fs::read(self.client_cert_file()).expect("the client certificate")
+    }
+
+    /// The client certificate's private key (PEM).
+    ///
+    /// # Panics
+    ///
+    /// When the file cannot be read.
+    pub fn client_key_pem(&self) -> Vec<u8> {
+        fs::read(self.client_key_file()).expect("the client key")
+    }
+}
+
+impl Drop for Certificates {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server that also listens for TLS (`--tls-port`), with [`Certificates`] made for it.
+pub struct RedisTls {
+    server: RedisServer,
+    tls_port: u16,
+    certificates: Certificates,
+}
+
+impl RedisTls {
+    /// Makes the certificates with `openssl` (at `openssl`) and starts the server with the
+    /// default [`TlsOptions`]; its plain port stays open for the launcher's own checks.
+    ///
+    /// # Errors
+    ///
+    /// When `openssl` fails or the server does not start.
+    pub fn start(openssl: &Path) -> Result<RedisTls, String> {
+        Self::start_with(openssl, &TlsOptions::default())
+    }
+
+    /// As [`start`](Self::start), with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(openssl: &Path, options: &TlsOptions) -> Result<RedisTls, String> {
+        let certificates = Certificates::make(openssl, options)?;
         let tls_port = free_port()?;
-        let port = tls_port.to_string();
-        let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
-        let server = RedisServer::start_with(&[
-            "--tls-port",
-            &port,
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-ca-cert-file",
-            &ca,
-            "--tls-auth-clients",
-            "no",
-        ])?;
+        let args = certificates.server_args(tls_port);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = RedisServer::start_with(&args)?;
         Ok(RedisTls {
             server,
             tls_port,
-            ca_pem,
-            dir,
+            certificates,
         })
     }
 
@@ -609,36 +738,253 @@ impl RedisTls {
         self.tls_port
     }
 
+    /// The certificates: the authority's, the server's and a client's.
+    pub fn certificates(&self) -> &Certificates {
+        &self.certificates
+    }
+
     /// The certificate authority's certificate (PEM), which signed the server's.
     pub fn ca_pem(&self) -> &[u8] {
-        &self.ca_pem
+        self.certificates.ca_pem()
     }
 
     /// The certificate authority's certificate file.
     pub fn ca_file(&self) -> PathBuf {
-        self.dir.join("ca.crt")
+        self.certificates.ca_file()
+    }
+
+    /// The client certificate file (PEM), signed by the authority.
+    pub fn client_cert_file(&self) -> PathBuf {
+        self.certificates.client_cert_file()
+    }
+
+    /// The client certificate's private key file (PEM).
+    pub fn client_key_file(&self) -> PathBuf {
+        self.certificates.client_key_file()
+    }
+
+    /// The client certificate (PEM).
+    pub fn client_cert_pem(&self) -> Vec<u8> {
+        self.certificates.client_cert_pem()
+    }
+
+    /// The client certificate's private key (PEM).
+    pub fn client_key_pem(&self) -> Vec<u8> {
+        self.certificates.client_key_pem()
     }
 
     /// The server, for inspection on its plain port.
     pub fn server(&self) -> &RedisServer {
         &self.server
     }
+
+    /// Starts a Redis Sentinel that monitors this server, at its TLS port, as
+    /// [`RedisSentinel::MASTER_NAME`] (quorum one, no replica), listening for TLS itself with
+    /// the same certificates and options, and reaching the server over TLS
+    /// (`tls-replication yes`).
+    ///
+    /// # Errors
+    ///
+    /// When the sentinel does not start or does not answer for the name within 20 s.
+    pub fn start_sentinel(&self) -> Result<TlsSentinel, String> {
+        let name = RedisSentinel::MASTER_NAME;
+        let config = format!(
+            "sentinel monitor {name} 127.0.0.1 {} 1\n\
+             sentinel down-after-milliseconds {name} 1000\n",
+            self.tls_port
+        );
+        let tls_port = free_port()?;
+        let mut args = vec![
+            "--sentinel".to_owned(),
+            "--tls-replication".into(),
+            "yes".into(),
+        ];
+        args.extend(self.certificates.server_args(tls_port));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = RedisServer::start_configured(Some(&config), &args)?;
+        wait_for(
+            Duration::from_secs(20),
+            "the sentinel to name the primary",
+            || {
+                server
+                    .connection()
+                    .and_then(|mut con| {
+                        redis::cmd("SENTINEL")
+                            .arg("get-master-addr-by-name")
+                            .arg(name)
+                            .query::<Option<(String, u16)>>(&mut con)
+                            .map_err(|e| e.to_string())
+                    })
+                    .is_ok_and(|addr| addr.is_some())
+            },
+        )?;
+        Ok(TlsSentinel { server, tls_port })
+    }
 }
 
-impl Drop for RedisTls {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
+/// A Redis Sentinel listening for TLS, from [`RedisTls::start_sentinel`].
+pub struct TlsSentinel {
+    server: RedisServer,
+    tls_port: u16,
+}
+
+impl TlsSentinel {
+    /// The TLS port.
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
     }
+
+    /// `rediss://127.0.0.1:<tls port>/`.
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port)
+    }
+
+    /// The sentinel, for inspection on its plain port.
+    pub fn server(&self) -> &RedisServer {
+        &self.server
+    }
+}
+
+/// A Redis Cluster whose nodes listen for TLS and talk to each other over it
+/// (`--tls-cluster yes`), every node a master, all with the same [`Certificates`]; the plain
+/// ports stay open for the launcher's own checks.
+pub struct RedisTlsCluster {
+    nodes: Vec<RedisServer>,
+    tls_ports: Vec<u16>,
+    certificates: Certificates,
+}
+
+impl RedisTlsCluster {
+    /// Makes the certificates, starts `masters` nodes (at least 3) and joins them with
+    /// `redis-cli --tls --cluster create` on their TLS ports, then waits until every node
+    /// reports `cluster_state:ok`. Each node's cluster bus port is chosen free, not derived
+    /// from its port.
+    ///
+    /// # Errors
+    ///
+    /// When `openssl` fails, a node does not start, `redis-cli` is missing or fails, or the
+    /// cluster is not ok within 20 s.
+    pub fn start(
+        openssl: &Path,
+        masters: usize,
+        options: &TlsOptions,
+    ) -> Result<RedisTlsCluster, String> {
+        let certificates = Certificates::make(openssl, options)?;
+        let mut nodes = Vec::with_capacity(masters);
+        let mut tls_ports = Vec::with_capacity(masters);
+        for _ in 0..masters {
+            let tls_port = free_port()?;
+            let mut args: Vec<String> = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "2000",
+                "--tls-cluster",
+                "yes",
+                "--cluster-port",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+            args.push(free_port()?.to_string());
+            args.extend(certificates.server_args(tls_port));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            nodes.push(RedisServer::start_with(&args)?);
+            tls_ports.push(tls_port);
+        }
+        let cli = crate::skip::on_path("redis-cli").ok_or("redis-cli is not installed")?;
+        let out = Command::new(cli)
+            .arg("--tls")
+            .arg("--cacert")
+            .arg(certificates.ca_file())
+            .arg("--cert")
+            .arg(certificates.client_cert_file())
+            .arg("--key")
+            .arg(certificates.client_key_file())
+            .arg("--cluster")
+            .arg("create")
+            .args(tls_ports.iter().map(|p| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run redis-cli: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --tls --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        wait_for(Duration::from_secs(20), "cluster_state:ok", || {
+            nodes.iter().all(|n| {
+                n.connection()
+                    .and_then(|mut con| {
+                        redis::cmd("CLUSTER")
+                            .arg("INFO")
+                            .query::<String>(&mut con)
+                            .map_err(|e| e.to_string())
+                    })
+                    .is_ok_and(|info| info.contains("cluster_state:ok"))
+            })
+        })?;
+        Ok(RedisTlsCluster {
+            nodes,
+            tls_ports,
+            certificates,
+        })
+    }
+
+    /// The nodes' `rediss://` URLs, the seeds of a cluster client.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.tls_ports
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{p}/"))
+            .collect()
+    }
+
+    /// The nodes, for inspection on their plain ports.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The certificates every node has.
+    pub fn certificates(&self) -> &Certificates {
+        &self.certificates
+    }
+}
+
+/// `openssl` for a TLS test, or `None` when the test is skipped: no `redis-server`
+/// ([`available_or_skip`]) or no `openssl` to make certificates.
+fn openssl_or_skip() -> Option<PathBuf> {
+    if !available_or_skip() {
+        return None;
+    }
+    crate::skip::program("openssl", "apt-get install openssl")
 }
 
 /// A server listening for TLS for a test, or `None` when the test is skipped (no
 /// `redis-server`, or no `openssl` to make its certificates); panics when it does not start.
 pub fn tls_server() -> Option<RedisTls> {
-    if !available_or_skip() {
-        return None;
-    }
-    let openssl = crate::skip::program("openssl", "apt-get install openssl")?;
-    Some(RedisTls::start(&openssl).unwrap_or_else(|e| panic!("a TLS redis-server: {e}")))
+    tls_server_with(&TlsOptions::default())
+}
+
+/// [`tls_server`] with `options`.
+pub fn tls_server_with(options: &TlsOptions) -> Option<RedisTls> {
+    let openssl = openssl_or_skip()?;
+    Some(
+        RedisTls::start_with(&openssl, options)
+            .unwrap_or_else(|e| panic!("a TLS redis-server: {e}")),
+    )
+}
+
+/// A TLS cluster of `masters` nodes for a test, or `None` when the test is skipped (as
+/// [`tls_server`]); panics when an installed server's cluster does not form.
+pub fn tls_cluster(masters: usize, options: &TlsOptions) -> Option<RedisTlsCluster> {
+    let openssl = openssl_or_skip()?;
+    Some(
+        RedisTlsCluster::start(&openssl, masters, options)
+            .unwrap_or_else(|e| panic!("a {masters}-master TLS cluster: {e}")),
+    )
 }
 
 /// Polls `done` every 50 ms until it holds or `limit` passes.

@@ -4,7 +4,7 @@
 //!
 //! Redis's decisions (`decisions`, `check_all`), the deny cache (`deny_cache`), errors of
 //! their own type (`errors`), Redis losing its data (`data_loss`), the ways a deployment
-//! reaches Redis (`deployments`, `cluster`), the redis-cell backend and funnel's CL.THROTTLE
+//! reaches Redis (`deployments`, `cluster`, `tls`), the redis-cell backend and funnel's CL.THROTTLE
 //! against the real module (`cell`, `cell_conformance`), and the fuzz body on stable
 //! (`fuzz_bodies`).
 
@@ -20,3 +20,4 @@ mod deny_cache;
 mod deployments;
 mod errors;
 mod fuzz_bodies;
+mod tls;

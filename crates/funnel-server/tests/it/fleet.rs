@@ -1,11 +1,15 @@
 //! Fleet mode: server processes on real `redis-server`s (started here on free loopback ports,
 //! no persistence) share each limit exactly: two on one server; eight racing on one server and
 //! on a three-master cluster, where a denied request charges none of its descriptors; one
-//! through Redis Sentinel, and one on a server that requires a password.
+//! through Redis Sentinel, and one on a server that requires a password; over TLS, with a
+//! private authority, a client certificate (started from envoyproxy/ratelimit's variables
+//! alone) and a certificate for another name, on a single server, a cluster and through
+//! sentinels.
 
 use crate::common::*;
 use funnel_testkit::redis_server::{
-    cluster, sentinel, server, server_with, tls_server, RedisSentinel,
+    cluster, sentinel, server, server_with, tls_cluster, tls_server, tls_server_with, Certificates,
+    RedisSentinel, RedisTls, TlsOptions,
 };
 
 const CONFIG: &str = "domain: fleet\ndescriptors:\n  - key: client\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n";
@@ -354,6 +358,217 @@ async fn redis_tls_reaches_a_server_over_tls_with_a_private_authority() {
     assert!(
         keys.iter().any(|k| k.ends_with(":1:t")),
         "the funnel is on the TLS server: {keys:?}"
+    );
+}
+
+/// envoyproxy/ratelimit's variables for a Deployment on `tls` (a single server over TLS) with
+/// the rules of `CONFIG` under `root`, every listener on a free loopback port, statsd off.
+fn envoyproxy_tls_environment(root: &std::path::Path, tls: &RedisTls) -> Vec<(String, String)> {
+    let config = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("fleet.yaml"), CONFIG).unwrap();
+    let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+    [
+        ("RUNTIME_ROOT", path(root.to_path_buf())),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", "0".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", "0".into()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("DEBUG_PORT", "0".into()),
+        ("USE_STATSD", "false".into()),
+        ("BACKEND_TYPE", "redis".into()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", format!("127.0.0.1:{}", tls.tls_port())),
+        ("REDIS_TLS", "true".into()),
+        ("REDIS_TLS_CACERT", path(tls.ca_file())),
+        ("REDIS_TLS_CLIENT_CERT", path(tls.client_cert_file())),
+        ("REDIS_TLS_CLIENT_KEY", path(tls.client_key_file())),
+        ("REDIS_TIMEOUT", "5s".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// The binary with `vars` as its whole environment and no arguments.
+fn from_environment(vars: &[(String, String)]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_funnel-server"));
+    c.env_clear().envs(vars.iter().map(|(k, v)| (k, v)));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoyproxy_variables_alone_reach_a_server_that_requires_a_client_certificate() {
+    let Some(tls) = tls_server_with(&TlsOptions {
+        require_client_certificates: true,
+        ..TlsOptions::default()
+    }) else {
+        return;
+    };
+    let root = scratch("tls-client-cert");
+    let vars = envoyproxy_tls_environment(&root, &tls);
+    let s = Server::launch(from_environment(&vars), root.join("stderr"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut c = s.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "m")]), 12).await,
+        10
+    );
+    assert_eq!(s.metric("funnel_server_redis_timeouts_total"), 0);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("funnel-server:*")
+        .query(&mut tls.server().connection().unwrap())
+        .unwrap();
+    assert!(
+        keys.iter().any(|k| k.ends_with(":1:m")),
+        "the funnel is on the TLS server: {keys:?}"
+    );
+
+    // The same Deployment without its certificate: the server refuses the connection, and
+    // no request is admitted by Redis (closed: every one denied).
+    let without: Vec<(String, String)> = vars
+        .iter()
+        .filter(|(k, _)| !k.starts_with("REDIS_TLS_CLIENT_"))
+        .cloned()
+        .collect();
+    let s = Server::launch(from_environment(&without), root.join("stderr-without"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut c = s.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "w")]), 3).await,
+        0
+    );
+
+    // A certificate without its key stops the start, naming the variable.
+    let half: Vec<(String, String)> = vars
+        .iter()
+        .filter(|(k, _)| k != "REDIS_TLS_CLIENT_KEY")
+        .cloned()
+        .collect();
+    let e = Server::launch(from_environment(&half), root.join("stderr-half"))
+        .err()
+        .expect("a client certificate without its key");
+    assert!(e.contains("REDIS_TLS_CLIENT_CERT"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_name_is_accepted_only_with_the_name_check_skipped() {
+    let Some(tls) = tls_server_with(&TlsOptions {
+        server_names: "DNS:redis.invalid".into(),
+        ..TlsOptions::default()
+    }) else {
+        return;
+    };
+    let dir = scratch("tls-name");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let host_port = format!("127.0.0.1:{}", tls.tls_port());
+    let ca = tls.ca_file();
+    let common = [
+        "--no-watch",
+        "--redis",
+        &host_port,
+        "--redis-tls",
+        "--redis-tls-ca-cert",
+        ca.to_str().unwrap(),
+        "--redis-timeout-ms",
+        "5000",
+    ];
+    let checked = Server::start(&path, &common);
+    let mut c = checked.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "n")]), 3).await,
+        0,
+        "a certificate for redis.invalid accepted at 127.0.0.1"
+    );
+    let skipped = Server::start(
+        &path,
+        &[&common[..], &["--redis-tls-skip-hostname-verification"]].concat(),
+    );
+    let mut c = skipped.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "s")]), 12).await,
+        10
+    );
+}
+
+/// TLS servers that require a client certificate and whose certificates name a host no one
+/// dials.
+fn strict_tls() -> TlsOptions {
+    TlsOptions {
+        require_client_certificates: true,
+        server_names: "DNS:redis.invalid".into(),
+    }
+}
+
+/// The TLS flags for `certificates`: the authority, the client certificate, no name check.
+fn tls_flags(certificates: &Certificates) -> Vec<String> {
+    let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+    vec![
+        "--redis-tls".into(),
+        "--redis-tls-ca-cert".into(),
+        path(certificates.ca_file()),
+        "--redis-tls-client-cert".into(),
+        path(certificates.client_cert_file()),
+        "--redis-tls-client-key".into(),
+        path(certificates.client_key_file()),
+        "--redis-tls-skip-hostname-verification".into(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_and_tls_sentinels_take_the_client_certificate_and_the_name_check_flags() {
+    let Some(cluster) = tls_cluster(3, &strict_tls()) else {
+        return;
+    };
+    let Some(primary) = tls_server_with(&strict_tls()) else {
+        return;
+    };
+    let sentinel = primary
+        .start_sentinel()
+        .unwrap_or_else(|e| panic!("a TLS sentinel: {e}"));
+    let dir = scratch("tls-topologies");
+    let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let seeds = cluster.tls_urls().join(",");
+    let sentinels = format!(
+        "{},127.0.0.1:{}",
+        RedisSentinel::MASTER_NAME,
+        sentinel.tls_port()
+    );
+    for (redis_type, redis, certificates) in [
+        ("cluster", seeds.as_str(), cluster.certificates()),
+        ("sentinel", sentinels.as_str(), primary.certificates()),
+    ] {
+        let mut args: Vec<String> = [
+            "--no-watch",
+            "--redis-type",
+            redis_type,
+            "--redis",
+            redis,
+            "--redis-timeout-ms",
+            "5000",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(tls_flags(certificates));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let s = Server::start(&path, &args);
+        let mut c = s.client().await;
+        assert_eq!(
+            admitted(&mut c, "fleet", &desc(&[("client", redis_type)]), 12).await,
+            10,
+            "{redis_type}"
+        );
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("funnel-server:*")
+        .query(&mut primary.server().connection().unwrap())
+        .unwrap();
+    assert!(
+        keys.iter().any(|k| k.ends_with(":sentinel")),
+        "the funnel is on the primary the sentinel named: {keys:?}"
     );
 }
 

@@ -268,6 +268,27 @@ struct Args {
     /// Traefik).
     #[arg(long, value_name = "FILE")]
     forward_auth: Option<PathBuf>,
+    /// The threads that serve calls [default: one per CPU the process may use]. With 1,
+    /// everything runs on one thread and no work is handed between threads: where CPUs are
+    /// few or shared (a pod limited to one CPU, a load beside it) that costs less CPU per
+    /// call.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
+}
+
+/// The runtime for `threads` worker threads: one thread of its own for 1 (tokio's
+/// current-thread runtime), else that many workers, else one per CPU.
+fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
+    match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.into())
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Runtime::new(),
+    }
 }
 
 /// `--extra-tags`' pairs.
@@ -563,7 +584,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime(args.worker_threads) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("funnel-server: cannot start the runtime: {e}");

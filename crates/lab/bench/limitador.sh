@@ -7,8 +7,8 @@
 #
 #   floor              `funnel-loadgen floor`: the same gRPC API answering OK without deciding
 #   funnel-memory      funnel-server, in memory
-#   funnel-memory-1w   funnel-server, in memory, on one worker thread (TOKIO_WORKER_THREADS=1),
-#                      as limitador-server serves gRPC: on its one-threaded main runtime
+#   funnel-memory-1t   funnel-server, in memory, on one thread (--worker-threads 1), as
+#                      limitador-server serves gRPC: on its one-threaded main runtime
 #   limitador-memory   limitador-server, `memory` storage
 #   funnel-redis       funnel-server on Redis (its default deny cache)
 #   limitador-redis    limitador-server, `redis` storage
@@ -76,7 +76,7 @@ if [ -n "$RATE" ]; then
 fi
 RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 OUT="${BENCH_OUT:-target/limitador-bench}"
-ROWS="${ROWS:-floor funnel-memory funnel-memory-1w limitador-memory funnel-redis limitador-redis limitador-cached}"
+ROWS="${ROWS:-floor funnel-memory funnel-memory-1t limitador-memory funnel-redis limitador-redis limitador-cached}"
 
 note() { echo "limitador-bench: $*" >&2; }
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || fail "RUNS must be a whole number of at least 1"
@@ -86,7 +86,7 @@ note() { echo "limitador-bench: $*" >&2; }
 rows=()
 for row in $ROWS; do
   case $row in
-    floor | funnel-memory | funnel-memory-1w | limitador-memory) rows+=("$row") ;;
+    floor | funnel-memory | funnel-memory-1t | limitador-memory) rows+=("$row") ;;
     funnel-redis | limitador-redis | limitador-cached)
       if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
         rows+=("$row")
@@ -202,9 +202,9 @@ start_row() {
       start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch
       ;;
-    funnel-memory-1w)
-      start_service "$name" env TOKIO_WORKER_THREADS=1 "$bin/funnel-server" \
-        --config "$limits/funnel.yaml" --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch
+    funnel-memory-1t)
+      start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
+        --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch --worker-threads 1
       ;;
     funnel-redis)
       start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
@@ -325,7 +325,7 @@ check_p999() {
     printf "check: %s p99.9 %s µs, %s p99.9 %s µs: %s\n", a, f, b, l, (f <= l ? "met" : "MISSED") }'
 }
 check_p999 funnel-memory limitador-memory
-check_p999 funnel-memory-1w limitador-memory
+check_p999 funnel-memory-1t limitador-memory
 check_p999 funnel-redis limitador-redis
 fl=$(col floor 7) fm=$(col funnel-memory 7)
 if [ -n "$fl" ] && [ -n "$fm" ]; then

@@ -366,3 +366,19 @@ fn aged_connections_get_a_goaway_then_close_after_the_grace() {
     let (goaway, closed) = goaway_then_close(tcp, opened, Duration::from_millis(2500));
     assert_eq!((goaway, closed), (None, None));
 }
+
+#[tokio::test]
+async fn one_worker_thread_serves_and_zero_is_refused() {
+    let dir = scratch("worker-threads");
+    let path = write_config(&dir, "threads.yaml", &config(5, "threads"));
+    for threads in ["1", "3"] {
+        let s = Server::start(&path, &["--worker-threads", threads]);
+        let mut c = s.client().await;
+        let n = admitted(&mut c, "ops", &desc(&[("client", "a")]), 8).await;
+        assert_eq!(n, 5, "--worker-threads {threads}");
+    }
+    let e = Server::try_start(&path, &["--worker-threads", "0"])
+        .err()
+        .expect("0 threads refused");
+    assert!(e.contains("--worker-threads"), "{e}");
+}

@@ -1,6 +1,11 @@
 //! Certificates for TLS tests, made with the `openssl` program: a certificate authority, and
 //! server and client certificates it signs with the subject alternative names a test needs.
-//! Elliptic-curve keys (P-256), valid for two days.
+//! Elliptic-curve keys (P-256), valid for two days. The testkit's one caller of openssl: the
+//! Redis launcher's certificates are made here too.
+//!
+//! A test calls [`Authority::new`], which skips the test when openssl is not installed, and
+//! [`Authority::server`] and [`Authority::client`], which panic when openssl fails; a launcher
+//! that reports failures as errors calls [`Authority::make`] and [`Authority::issue`].
 //!
 //! ```no_run
 //! # fn a_test(dir: &std::path::Path) {
@@ -15,7 +20,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// A certificate authority: `<name>.crt` and `<name>.key` in its directory.
 pub struct Authority {
@@ -31,6 +36,30 @@ pub struct Pair {
     pub cert: PathBuf,
     /// Its private key.
     pub key: PathBuf,
+}
+
+/// What a certificate may be shown for: the extendedKeyUsage it carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Usage {
+    /// A server's, shown to its clients (`serverAuth`).
+    Server,
+    /// A client's (`clientAuth`): rustls and OpenSSL servers refuse a client certificate
+    /// whose extendedKeyUsage leaves it out.
+    Client,
+    /// A server's that the server also shows as a client when it connects to other servers
+    /// with it (`serverAuth,clientAuth`): a Redis cluster node on its bus, a sentinel reaching
+    /// the primary, each checked by a peer that requires client certificates.
+    ServerAndClient,
+}
+
+impl Usage {
+    fn extended_key_usage(self) -> &'static str {
+        match self {
+            Usage::Server => "serverAuth",
+            Usage::Client => "clientAuth",
+            Usage::ServerAndClient => "serverAuth,clientAuth",
+        }
+    }
 }
 
 /// The elliptic-curve key of every certificate.
@@ -51,8 +80,19 @@ impl Authority {
     /// When openssl fails.
     pub fn new(dir: &Path, name: &str) -> Option<Authority> {
         let openssl = crate::skip::program("openssl", "apt-get install openssl")?;
+        Some(Self::make(&openssl, dir, name).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// A new authority named `name` in `dir`, made by the `openssl` program at `openssl`: for
+    /// a caller that found the program itself and reports failures as errors (the Redis
+    /// launcher's certificates).
+    ///
+    /// # Errors
+    ///
+    /// When openssl cannot be run or fails.
+    pub fn make(openssl: &Path, dir: &Path, name: &str) -> Result<Authority, String> {
         let ca = Authority {
-            openssl,
+            openssl: openssl.to_owned(),
             dir: dir.to_owned(),
             name: name.to_owned(),
         };
@@ -81,8 +121,8 @@ impl Authority {
                 ],
             ]
             .concat(),
-        );
-        Some(ca)
+        )?;
+        Ok(ca)
     }
 
     /// The authority's certificate.
@@ -92,23 +132,44 @@ impl Authority {
 
     /// A server certificate `<name>.crt` (and `<name>.key`) for `sans` (`DNS:grpc.test`,
     /// `IP:127.0.0.1`, `URI:spiffe://...`).
+    ///
+    /// # Panics
+    ///
+    /// When openssl fails.
     pub fn server(&self, name: &str, sans: &[&str]) -> Pair {
-        self.sign(name, sans, "serverAuth")
+        self.issue(name, sans, Usage::Server)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A client certificate `<name>.crt` (and `<name>.key`) for `sans`.
+    ///
+    /// # Panics
+    ///
+    /// When openssl fails.
     pub fn client(&self, name: &str, sans: &[&str]) -> Pair {
-        self.sign(name, sans, "clientAuth")
+        self.issue(name, sans, Usage::Client)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn sign(&self, name: &str, sans: &[&str], usage: &str) -> Pair {
+    /// A certificate `<name>.crt` (and `<name>.key`) for `sans` (at least one) and `usage`,
+    /// signed by this authority.
+    ///
+    /// # Errors
+    ///
+    /// When openssl cannot be run or fails, or the extensions file cannot be written.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is the authority's own: its files would be overwritten.
+    pub fn issue(&self, name: &str, sans: &[&str], usage: Usage) -> Result<Pair, String> {
         assert_ne!(
             name, self.name,
             "a certificate named as its CA overwrites it"
         );
         let ext = format!(
-            "subjectAltName={}\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n",
-            sans.join(",")
+            "subjectAltName={}\nextendedKeyUsage={}\nbasicConstraints=CA:FALSE\n",
+            sans.join(","),
+            usage.extended_key_usage()
         );
         let (key, csr, crt, extfile) = (
             format!("{name}.key"),
@@ -116,7 +177,9 @@ impl Authority {
             format!("{name}.crt"),
             format!("{name}.ext"),
         );
-        std::fs::write(self.dir.join(&extfile), ext).expect("the extensions file is written");
+        let ext_path = self.dir.join(&extfile);
+        std::fs::write(&ext_path, ext)
+            .map_err(|e| format!("cannot write {}: {e}", ext_path.display()))?;
         let subject = format!("/CN={name}");
         self.run(
             &[
@@ -125,7 +188,7 @@ impl Authority {
                 &["-keyout", &key, "-out", &csr, "-subj", &subject],
             ]
             .concat(),
-        );
+        )?;
         let (ca_crt, ca_key) = (format!("{}.crt", self.name), format!("{}.key", self.name));
         self.run(&[
             "x509",
@@ -143,23 +206,28 @@ impl Authority {
             "2",
             "-extfile",
             &extfile,
-        ]);
-        Pair {
+        ])?;
+        Ok(Pair {
             cert: self.dir.join(crt),
             key: self.dir.join(key),
-        }
+        })
     }
 
-    fn run(&self, args: &[&str]) {
+    /// Runs openssl with `args` in the authority's directory.
+    fn run(&self, args: &[&str]) -> Result<(), String> {
         let out = Command::new(&self.openssl)
             .args(args)
             .current_dir(&self.dir)
+            .stdin(Stdio::null())
             .output()
-            .expect("openssl runs");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .map_err(|e| format!("cannot run {}: {e}", self.openssl.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     }
 }

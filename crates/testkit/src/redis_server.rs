@@ -6,8 +6,8 @@
 //! [`RedisCluster`] starts several such servers with `--cluster-enabled yes` and joins them
 //! with `redis-cli --cluster create`, each node a master.
 //!
-//! Over TLS, [`Certificates`] are made by the `openssl` program (an authority, a server
-//! certificate for the names a test chooses, a client certificate): [`RedisTls`] is a server
+//! Over TLS, [`Certificates`] are made with [`Authority`] (an authority, a server certificate
+//! for the names a test chooses, a client certificate): [`RedisTls`] is a server
 //! listening for TLS too, optionally requiring client certificates, with a sentinel of its own
 //! ([`RedisTls::start_sentinel`]); [`RedisTlsCluster`] is a cluster whose nodes speak TLS to
 //! clients and to each other.
@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::certificates::{Authority, Pair, Usage};
 
 /// A `redis-server` child process on a loopback port.
 pub struct RedisServer {
@@ -514,17 +516,35 @@ impl Default for TlsOptions {
     }
 }
 
-/// A certificate authority made by the `openssl` program in a directory of its own, with a
-/// server certificate and a client certificate it signed; the directory is removed on drop.
+/// A certificate authority in a directory of its own, with a server certificate and a client
+/// certificate it signed; the directory is removed on drop.
 pub struct Certificates {
-    dir: PathBuf,
+    authority: Authority,
+    server: Pair,
+    client: Pair,
     ca_pem: Vec<u8>,
-    options: TlsOptions,
+    require_client_certificates: bool,
+    /// Held for its drop: the directory of the files above.
+    _dir: RemovedOnDrop,
+}
+
+/// A directory removed, with everything in it, when dropped.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Certificates {
     /// Makes the authority (`ca.crt`), the server's certificate for `options.server_names`
-    /// (`server.crt`, `server.key`) and a client certificate (`client.crt`, `client.key`).
+    /// (`server.crt`, `server.key`) and a client certificate (`client.crt`, `client.key`),
+    /// with [`Authority`] and the `openssl` program at `openssl`.
+    ///
+    /// The server's certificate is for client authentication too: a server shows it when it
+    /// connects to another (a cluster's bus, a sentinel's link to the primary), and under
+    /// `require_client_certificates` that server checks it as a client's.
     ///
     /// # Errors
     ///
@@ -533,100 +553,33 @@ impl Certificates {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let dir =
+        let path =
             std::env::temp_dir().join(format!("funnel-redis-tls-{}-{nanos}", std::process::id()));
-        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        // From here on `Drop` removes the directory on every return.
-        let mut certificates = Certificates {
-            dir,
-            ca_pem: Vec::new(),
-            options: options.clone(),
-        };
-        certificates.run_openssl(openssl)?;
-        certificates.ca_pem =
-            fs::read(certificates.ca_file()).map_err(|e| format!("reading ca.crt: {e}"))?;
-        Ok(certificates)
-    }
-
-    fn run_openssl(&self, openssl: &Path) -> Result<(), String> {
-        let path = |name: &str| self.dir.join(name).to_string_lossy().into_owned();
-        fs::write(
-            self.dir.join("server.cnf"),
-            format!("subjectAltName={}\n", self.options.server_names),
-        )
-        .map_err(|e| format!("cannot write server.cnf: {e}"))?;
-        fs::write(self.dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n")
-            .map_err(|e| format!("cannot write client.cnf: {e}"))?;
-        let owned = |args: &[&str]| args.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        let mut steps = vec![owned(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=funnel test authority",
-            "-keyout",
-            &path("ca.key"),
-            "-out",
-            &path("ca.crt"),
-        ])];
-        for who in ["server", "client"] {
-            steps.push(owned(&[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                &format!("/CN=funnel test {who}"),
-                "-keyout",
-                &path(&format!("{who}.key")),
-                "-out",
-                &path(&format!("{who}.csr")),
-            ]));
-            steps.push(owned(&[
-                "x509",
-                "-req",
-                "-days",
-                "2",
-                "-in",
-                &path(&format!("{who}.csr")),
-                "-CA",
-                &path("ca.crt"),
-                "-CAkey",
-                &path("ca.key"),
-                "-CAcreateserial",
-                "-extfile",
-                &path(&format!("{who}.cnf")),
-                "-out",
-                &path(&format!("{who}.crt")),
-            ]));
-        }
-        for step in &steps {
-            let out = Command::new(openssl)
-                .args(step)
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| format!("cannot run openssl: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "openssl {}: {}",
-                    step[0],
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-        }
-        Ok(())
+        fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        // From here on dropping `dir` removes the directory on every return.
+        let dir = RemovedOnDrop(path);
+        let authority = Authority::make(openssl, &dir.0, "ca")?;
+        let server = authority.issue("server", &[&options.server_names], Usage::ServerAndClient)?;
+        // Nothing checks the client's name; the subjectAltName is there because every
+        // certificate the authority issues has one.
+        let client = authority.issue("client", &["DNS:client.invalid"], Usage::Client)?;
+        let ca_pem = fs::read(authority.cert()).map_err(|e| format!("reading ca.crt: {e}"))?;
+        Ok(Certificates {
+            authority,
+            server,
+            client,
+            ca_pem,
+            require_client_certificates: options.require_client_certificates,
+            _dir: dir,
+        })
     }
 
     /// `redis-server`'s arguments to listen for TLS on `tls_port` with these certificates, and
     /// to check clients as the options say. A server's connections to other servers (a
     /// cluster's bus, a sentinel's to the primary) show the server's certificate.
     fn server_args(&self, tls_port: u16) -> Vec<String> {
-        let path = |name: &str| self.dir.join(name).to_string_lossy().into_owned();
-        let auth_clients = if self.options.require_client_certificates {
+        let path = |file: &Path| file.to_string_lossy().into_owned();
+        let auth_clients = if self.require_client_certificates {
             "yes"
         } else {
             "no"
@@ -635,11 +588,11 @@ impl Certificates {
             "--tls-port".to_owned(),
             tls_port.to_string(),
             "--tls-cert-file".into(),
-            path("server.crt"),
+            path(&self.server.cert),
             "--tls-key-file".into(),
-            path("server.key"),
+            path(&self.server.key),
             "--tls-ca-cert-file".into(),
-            path("ca.crt"),
+            path(&self.authority.cert()),
             "--tls-auth-clients".into(),
             auth_clients.into(),
         ]
@@ -654,17 +607,17 @@ impl Certificates {
 
     /// The certificate authority's certificate file.
     pub fn ca_file(&self) -> PathBuf {
-        self.dir.join("ca.crt")
+        self.authority.cert()
     }
 
     /// The client certificate file (PEM), signed by the authority.
     pub fn client_cert_file(&self) -> PathBuf {
-        self.dir.join("client.crt")
+        self.client.cert.clone()
     }
 
     /// The client certificate's private key file (PEM).
     pub fn client_key_file(&self) -> PathBuf {
-        self.dir.join("client.key")
+        self.client.key.clone()
     }
 
     /// The client certificate (PEM).
@@ -673,7 +626,7 @@ impl Certificates {
     ///
     /// When the file cannot be read.
     pub fn client_cert_pem(&self) -> Vec<u8> {
-        fs::read(self.client_cert_file()).expect("the client certificate")
+        fs::read(&self.client.cert).expect("the client certificate")
     }
 
     /// The client certificate's private key (PEM).
@@ -682,13 +635,7 @@ impl Certificates {
     ///
     /// When the file cannot be read.
     pub fn client_key_pem(&self) -> Vec<u8> {
-        fs::read(self.client_key_file()).expect("the client key")
-    }
-}
-
-impl Drop for Certificates {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
+        fs::read(&self.client.key).expect("the client key")
     }
 }
 

@@ -38,21 +38,10 @@ fn assert_received(socket: &UdpSocket, want: &[&str]) {
 
 #[tokio::test]
 async fn dogstatsd_receives_envoyproxy_names_with_the_extra_tags_as_tags() {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = socket.local_addr().unwrap().to_string();
     let dir = scratch("dogstatsd");
-    let s = Server::start(
+    let (s, socket) = start_with_statsd(
         &write_config(&dir, "shop.yaml", CONFIG),
-        &[
-            "--no-watch",
-            "--statsd",
-            &target,
-            "--dogstatsd",
-            "--stats-flush-interval",
-            "100ms",
-            "--extra-tags",
-            "cluster:blue,zone:z1",
-        ],
+        &["--dogstatsd", "--extra-tags", "cluster:blue,zone:z1"],
     );
     calls(&s).await;
     assert_received(
@@ -71,18 +60,11 @@ async fn dogstatsd_receives_envoyproxy_names_with_the_extra_tags_as_tags() {
 
 #[tokio::test]
 async fn mogrifiers_from_flags_are_tried_in_order() {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = socket.local_addr().unwrap().to_string();
     let dir = scratch("dogstatsd-flags");
-    let s = Server::start(
+    let (s, socket) = start_with_statsd(
         &write_config(&dir, "shop.yaml", CONFIG),
         &[
-            "--no-watch",
-            "--statsd",
-            &target,
             "--dogstatsd",
-            "--stats-flush-interval",
-            "100ms",
             // The client rule's statistics under names of their own; HITS would match them
             // too, but comes second.
             "--dogstatsd-mogrifier",

@@ -2,8 +2,6 @@
 //! HELP and TYPE, the values the calls made), and statsd lines with envoyproxy/ratelimit's
 //! names received on a UDP socket of the test's.
 
-use std::net::UdpSocket;
-
 use crate::common::*;
 
 pub const CONFIG: &str = "domain: shop
@@ -90,19 +88,8 @@ async fn the_exposition_parses_with_help_and_type_on_every_family() {
 
 #[tokio::test]
 async fn statsd_receives_envoyproxy_names_as_counter_increases() {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = socket.local_addr().unwrap().to_string();
     let dir = scratch("statsd");
-    let s = Server::start(
-        &write_config(&dir, "shop.yaml", CONFIG),
-        &[
-            "--no-watch",
-            "--statsd",
-            &target,
-            "--stats-flush-interval",
-            "100ms",
-        ],
-    );
+    let (s, socket) = start_with_statsd(&write_config(&dir, "shop.yaml", CONFIG), &[]);
     let mut c = s.client().await;
     for _ in 0..3 {
         call(&mut c, req("shop", vec![desc(&[("client", "10.0.0.1")])])).await;

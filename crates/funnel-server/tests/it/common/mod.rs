@@ -324,6 +324,24 @@ pub async fn admitted(
     ok
 }
 
+/// Starts the binary on `config`, not watching it, with its statistics flushed often
+/// (`--stats-flush-interval 100ms`) to a UDP socket of the test's standing in for the statsd
+/// or DogStatsD agent, and `extra` arguments (`--dogstatsd`, ...): the server and the socket,
+/// for [`receive_until`].
+pub fn start_with_statsd(config: &Path, extra: &[&str]) -> (Server, UdpSocket) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = socket.local_addr().unwrap().to_string();
+    let mut args = vec![
+        "--no-watch",
+        "--statsd",
+        target.as_str(),
+        "--stats-flush-interval",
+        "100ms",
+    ];
+    args.extend_from_slice(extra);
+    (Server::start(config, &args), socket)
+}
+
 /// Reads datagrams from `socket` (a statsd or DogStatsD receiver) until every line of `want`
 /// has arrived, at most 10 s; the lines received.
 pub fn receive_until(socket: &UdpSocket, want: &[&str]) -> Vec<String> {

@@ -48,7 +48,11 @@ impl fmt::Display for EnvError {
 impl std::error::Error for EnvError {}
 
 /// Variables whose only effect is on envoyproxy/ratelimit's own machinery: ignored, logged.
-const HARMLESS: [(&str, &str); 17] = [
+const HARMLESS: [(&str, &str); 18] = [
+    (
+        "REDIS_PERSECOND",
+        "per-second limits are counted with the others in REDIS_URL's Redis, with the same answers",
+    ),
     ("REDIS_POOL_SIZE", "one multiplexed connection per limiter"),
     (
         "REDIS_POOL_ON_EMPTY_BEHAVIOR",
@@ -112,13 +116,10 @@ const HARMLESS: [(&str, &str); 17] = [
 
 /// Variables asking for what funnel-server does not do: refused when set (to anything but
 /// their off value, for switches).
-const REFUSED: [(&str, &str); 2] = [
-    (
-        "PROMETHEUS_MAPPER_YAML",
-        "the Prometheus names are fixed (see the README)",
-    ),
-    ("REDIS_PERSECOND", "per-second limits share the one Redis"),
-];
+const REFUSED: [(&str, &str); 1] = [(
+    "PROMETHEUS_MAPPER_YAML",
+    "the Prometheus names are fixed (see the README)",
+)];
 
 /// The flags envoyproxy/ratelimit's environment means, read through `get`.
 pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment, EnvError> {

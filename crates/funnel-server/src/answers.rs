@@ -14,6 +14,8 @@
 //!   `response_headers_to_add`.
 //! * `charge_denied`: each descriptor charged on its own, as envoyproxy/ratelimit does,
 //!   instead of funnel's all-or-nothing.
+//! * `near_limit_ratio` (`NEAR_LIMIT_RATIO`): from what share of a limit used on an allowed
+//!   request counts in the `near_limit` statistic (the answers themselves do not change).
 
 use crate::proto::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::HeaderValue;
@@ -31,7 +33,44 @@ pub struct Answers {
     pub limit_headers: Option<LimitHeaders>,
     /// Charge every descriptor on its own, even when another denies the request.
     pub charge_denied: bool,
+    /// Where `near_limit` starts counting.
+    pub near_limit_ratio: NearLimitRatio,
 }
+
+/// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`: an allowed request counts as near its limit
+/// when, after it, more than `floor(limit × ratio)` of the limit is used. Between 0 and 1;
+/// 0.8 by default.
+#[derive(Clone, Copy, Debug)]
+pub struct NearLimitRatio(f64);
+
+impl NearLimitRatio {
+    /// The ratio `r`, or `None` unless it is a number from 0 to 1.
+    pub fn new(r: f64) -> Option<NearLimitRatio> {
+        (0.0..=1.0).contains(&r).then_some(NearLimitRatio(r))
+    }
+
+    /// Whether `used` units of `limit` are past the ratio.
+    pub fn is_near(self, used: u64, limit: u64) -> bool {
+        // Exact for every limit below 2^53; `used` is a whole number, so comparing it with
+        // the floor is comparing it with the product.
+        used as f64 > (limit as f64 * self.0).floor()
+    }
+}
+
+impl Default for NearLimitRatio {
+    fn default() -> Self {
+        NearLimitRatio(0.8)
+    }
+}
+
+impl PartialEq for NearLimitRatio {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+// `new` admits no NaN, so equality of the bits is an equivalence.
+impl Eq for NearLimitRatio {}
 
 /// The names of the three limit headers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +151,31 @@ impl LimitHeaders {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn near_starts_past_the_ratio_of_the_limit() {
+        use super::NearLimitRatio;
+        let default = NearLimitRatio::default();
+        // 0.8 of 5 is 4: the fifth unit is near, the fourth not.
+        assert!(!default.is_near(4, 5) && default.is_near(5, 5));
+        // As the fixed 80% it replaces: remaining × 5 < limit.
+        for limit in 1..200u64 {
+            for used in 0..=limit {
+                assert_eq!(
+                    default.is_near(used, limit),
+                    (limit - used) * 5 < limit,
+                    "{used} of {limit}"
+                );
+            }
+        }
+        let half = NearLimitRatio::new(0.5).unwrap();
+        assert!(!half.is_near(5, 10) && half.is_near(6, 10));
+        assert!(NearLimitRatio::new(0.0).unwrap().is_near(1, 10));
+        assert!(!NearLimitRatio::new(1.0).unwrap().is_near(10, 10));
+        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+            assert!(NearLimitRatio::new(bad).is_none(), "{bad}");
+        }
+    }
+
     use super::*;
     use crate::proto::rate_limit_response::RateLimit;
 

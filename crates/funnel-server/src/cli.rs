@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
-use crate::answers::{Answers, LimitHeaders};
+use crate::answers::{Answers, LimitHeaders, NearLimitRatio};
 use crate::connection_age::ConnectionAge;
 use crate::environment;
 use crate::fleet::{HashTag, RedisType};
@@ -252,6 +252,10 @@ struct Args {
     /// envoyproxy/ratelimit does (funnel's default charges all or nothing).
     #[arg(long)]
     charge_denied: bool,
+    /// Count an allowed request in the `near_limit` statistic once more than this share of
+    /// its limit is used, from 0 to 1 (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+    #[arg(long, value_name = "RATIO", default_value = "0.8", value_parser = parse_near_limit_ratio)]
+    near_limit_ratio: NearLimitRatio,
     /// Do not watch the configuration for changes.
     #[arg(long)]
     no_watch: bool,
@@ -289,6 +293,15 @@ fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
             .build(),
         None => tokio::runtime::Runtime::new(),
     }
+}
+
+/// `--near-limit-ratio`: a number from 0 to 1.
+fn parse_near_limit_ratio(s: &str) -> Result<NearLimitRatio, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(NearLimitRatio::new)
+        .ok_or_else(|| format!("{s:?}: expected a number from 0 to 1, such as 0.8"))
 }
 
 /// `--extra-tags`' pairs.
@@ -492,6 +505,7 @@ impl Args {
                 reset: self.limit_reset_header,
             }),
             charge_denied: self.charge_denied,
+            near_limit_ratio: self.near_limit_ratio,
         };
         opts.watch = !self.no_watch;
         opts.merge_domain_config = self.merge_domain_config;

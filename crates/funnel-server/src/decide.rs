@@ -685,7 +685,11 @@ impl Decider {
                     let hit = Hit {
                         hits: c.n,
                         over: o.over,
-                        near: !o.over && o.remaining.saturating_mul(5) < o.limit,
+                        near: !o.over
+                            && self
+                                .answers
+                                .near_limit_ratio
+                                .is_near(o.limit.saturating_sub(o.remaining), o.limit),
                         shadow: c.shadow,
                     };
                     if let Some(rule) = c.rule {

@@ -281,17 +281,21 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
     statistics(&var, envoy_mode, &mut out)?;
 
     if let Some(v) = var("NEAR_LIMIT_RATIO") {
-        let ratio: f64 = v.trim().parse().map_err(|_| EnvError {
-            var: "NEAR_LIMIT_RATIO",
-            reason: format!("{v:?} is not a number"),
-        })?;
-        // near_limit counts hits allowed with less than 20% of the limit left.
-        if (ratio - 0.8).abs() > 1e-6 {
+        let ratio = v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(crate::answers::NearLimitRatio::new);
+        if ratio.is_none() {
             return Err(EnvError {
                 var: "NEAR_LIMIT_RATIO",
-                reason: format!("{v}: only 0.8 (near_limit at 80% of the limit) is supported"),
+                reason: format!("{v:?}: expected a number from 0 to 1, such as 0.8"),
             });
         }
+        out.args.push((
+            vec!["--near-limit-ratio".into(), v.trim().into()],
+            "NEAR_LIMIT_RATIO",
+        ));
     }
 
     for (name, flag) in [
@@ -1022,7 +1026,7 @@ mod tests {
     fn unsupported_variables_are_refused_by_name() {
         for (k, v) in [
             ("BACKEND_TYPE", "memcache"),
-            ("NEAR_LIMIT_RATIO", "0.9"),
+            ("NEAR_LIMIT_RATIO", "1.5"),
             ("REDIS_TYPE", "ring"),
             ("CONFIG_TYPE", "ETCD"),
             ("LOG_LEVEL", "loud"),

@@ -31,7 +31,7 @@ pub struct Hit {
     pub hits: u64,
     /// Over the limit (before shadow mode).
     pub over: bool,
-    /// Allowed, with less than 20% of the limit left.
+    /// Allowed, past the near-limit ratio of the limit (`NEAR_LIMIT_RATIO`, 80% by default).
     pub near: bool,
     /// Let through by shadow mode.
     pub shadow: bool,

@@ -175,7 +175,7 @@ fn a_variable_it_cannot_honour_refuses_the_start_by_name() {
     for (var, value) in [
         ("BACKEND_TYPE", "memcache"),
         ("PROMETHEUS_MAPPER_YAML", "/etc/ratelimit/mapper.yaml"),
-        ("NEAR_LIMIT_RATIO", "0.5"),
+        ("NEAR_LIMIT_RATIO", "2"),
     ] {
         let mut vars: Vec<(&str, &str)> = LOOPBACK.to_vec();
         vars.extend([

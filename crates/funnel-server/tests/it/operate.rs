@@ -382,3 +382,26 @@ async fn one_worker_thread_serves_and_zero_is_refused() {
         .expect("0 threads refused");
     assert!(e.contains("--worker-threads"), "{e}");
 }
+
+#[tokio::test]
+async fn the_near_limit_statistic_starts_at_the_ratio_given() {
+    let dir = scratch("near-limit");
+    let path = write_config(&dir, "near.yaml", &config(10, "near"));
+    let series = r#"ratelimit_service_rate_limit_near_limit_total{domain="ops",key="client"}"#;
+    let flag = Server::start(&path, &["--no-watch", "--near-limit-ratio", "0.5"]);
+    let mut command = Server::command(Some(&path), &["--no-watch"]);
+    command.env("NEAR_LIMIT_RATIO", "0.5");
+    let variable = Server::launch(command, dir.join("near-env.stderr")).unwrap();
+    let default = Server::start(&path, &["--no-watch"]);
+    for s in [&flag, &variable, &default] {
+        let mut c = s.client().await;
+        assert_eq!(
+            admitted(&mut c, "ops", &desc(&[("client", "a")]), 7).await,
+            7
+        );
+    }
+    // Half of 10 is 5: the sixth and seventh calls are near; at 0.8 none of the seven is.
+    assert_eq!(flag.metric(series), 2);
+    assert_eq!(variable.metric(series), 2);
+    assert_eq!(default.metric(series), 0);
+}

@@ -15,27 +15,6 @@ const HITS_PATTERN: &str = r"^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^
 const HITS_NAME: &str = "ratelimit.service.rate_limit.$3";
 const HITS_TAGS: &str = "domain:$1,descriptor:$2";
 
-/// Three calls for `client`, one for the nested rule with a detailed value.
-async fn calls(s: &Server) {
-    let mut c = s.client().await;
-    for _ in 0..3 {
-        call(&mut c, req("shop", vec![desc(&[("client", "10.0.0.1")])])).await;
-    }
-    call(
-        &mut c,
-        req("shop", vec![desc(&[("path", "/cart"), ("user", "bo:b")])]),
-    )
-    .await;
-}
-
-/// Asserts that every line of `want` arrives on `socket`.
-fn assert_received(socket: &UdpSocket, want: &[&str]) {
-    let lines = receive_until(socket, want);
-    for w in want {
-        assert!(lines.iter().any(|l| l == w), "{w} not in {lines:#?}");
-    }
-}
-
 #[tokio::test]
 async fn dogstatsd_receives_envoyproxy_names_with_the_extra_tags_as_tags() {
     let dir = scratch("dogstatsd");
@@ -43,7 +22,7 @@ async fn dogstatsd_receives_envoyproxy_names_with_the_extra_tags_as_tags() {
         &write_config(&dir, "shop.yaml", CONFIG),
         &["--dogstatsd", "--extra-tags", "cluster:blue,zone:z1"],
     );
-    calls(&s).await;
+    statsd_calls(&s).await;
     assert_received(
         &socket,
         &[
@@ -77,7 +56,7 @@ async fn mogrifiers_from_flags_are_tried_in_order() {
             HITS_TAGS,
         ],
     );
-    calls(&s).await;
+    statsd_calls(&s).await;
     assert_received(
         &socket,
         &[
@@ -141,7 +120,7 @@ async fn the_readme_mogrifiers_from_envoyproxy_variables_alone() {
         ],
     );
     let s = Server::launch(command, root.join("stderr")).unwrap_or_else(|e| panic!("{e}"));
-    calls(&s).await;
+    statsd_calls(&s).await;
     assert_received(
         &socket,
         &[

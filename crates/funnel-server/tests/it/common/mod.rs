@@ -342,6 +342,28 @@ pub fn start_with_statsd(config: &Path, extra: &[&str]) -> (Server, UdpSocket) {
     (Server::start(config, &args), socket)
 }
 
+/// The calls the statsd and DogStatsD tests count (against `metrics::CONFIG`): three for
+/// `client` (two within the limit, one over), one for the nested rule with a detailed value.
+pub async fn statsd_calls(s: &Server) {
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        call(&mut c, req("shop", vec![desc(&[("client", "10.0.0.1")])])).await;
+    }
+    call(
+        &mut c,
+        req("shop", vec![desc(&[("path", "/cart"), ("user", "bo:b")])]),
+    )
+    .await;
+}
+
+/// Asserts that every line of `want` arrives on `socket` (within [`receive_until`]'s 10 s).
+pub fn assert_received(socket: &UdpSocket, want: &[&str]) {
+    let lines = receive_until(socket, want);
+    for w in want {
+        assert!(lines.iter().any(|l| l == w), "{w} not in {lines:#?}");
+    }
+}
+
 /// Reads datagrams from `socket` (a statsd or DogStatsD receiver) until every line of `want`
 /// has arrived, at most 10 s; the lines received.
 pub fn receive_until(socket: &UdpSocket, want: &[&str]) -> Vec<String> {

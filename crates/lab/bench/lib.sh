@@ -1,5 +1,5 @@
-# Sourced by the lab's shell drivers (server.sh, proxies.sh, soak.sh, wrk.sh): what each of
-# them starts, reads and stops, written once.
+# Sourced by the lab's shell drivers (server.sh, limitador.sh, proxies.sh, soak.sh, wrk.sh):
+# what each of them starts, reads and stops, written once.
 #
 #   . "$(dirname "$0")/lib.sh"
 #
@@ -54,12 +54,13 @@ start_listening() {
 
 # `start_service NAME COMMAND...`: a funnel-server (or the load generator's floor), which
 # prints "... listening grpc=ADDR [http=ADDR]" on stdout once bound; its stdout and stderr in
-# $logs/NAME.out and $logs/NAME.log. Sets $grpc, $http and $started_pid.
+# $logs/NAME.out and $logs/NAME.log. Sets $grpc, $http and $started_pid. It waits for the
+# line $start_polls times 50 ms (default 200: 10 s).
 start_service() {
   local name=$1; shift
   : >"$logs/$name.out"
   spawn "$@" >>"$logs/$name.out" 2>"$logs/$name.log"
-  for _ in $(seq 200); do
+  for _ in $(seq "${start_polls:-200}"); do
     grpc=$(sed -n 's/.*listening grpc=\([^ ]*\).*/\1/p' "$logs/$name.out")
     http=$(sed -n 's/.*listening .* http=\([^ ]*\).*/\1/p' "$logs/$name.out")
     [ -n "$grpc" ] && return 0

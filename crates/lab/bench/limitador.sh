@@ -35,7 +35,8 @@
 #
 # Targets: funnel-server's p99.9 no worse than limitador-server's on the same run
 # (memory against memory, Redis against Redis), and funnel-server's CPU per call within 10% of
-# the floor's. The script prints both checks from the medians.
+# the floor's. The script prints both checks from the medians, the p99.9 one also as the median
+# of each run's own ratio (the rows of one run ran seconds apart).
 #
 # limitador-server is not on crates.io. The limitador-* rows take its binary from
 # LIMITADOR_SERVER, else `limitador-server` on PATH. Build it with
@@ -50,9 +51,18 @@
 #
 #   bash crates/lab/bench/limitador.sh
 #
+# With INSTRUCTIONS=1 each server runs under callgrind (apt-get install valgrind), its
+# instrumentation off until the warm-up calls (a load generator run of their own) are
+# answered, then on for the CALLS measured ones; the table gives the server's instructions per
+# measured call (every thread's, the kernel's excluded). Unlike CPU time, the count does not
+# move with the host's speed, so it compares two servers' cost per call on a shared or
+# drifting machine; but it weighs a cache miss or a lock wait like any instruction. Under
+# callgrind the threads take turns, so the latencies of that mode mean nothing and are not
+# shown; CALLS defaults to 20000 there, and the workload where the limit bites is not run.
+#
 #   LIMITADOR_SERVER  the limitador-server binary (default: `limitador-server` on PATH)
 #   RUNS              runs per row (default 3)
-#   CALLS             measured calls per run (default 100000)
+#   CALLS             measured calls per run (default 100000; 20000 with INSTRUCTIONS=1)
 #   WARMUP            calls before measuring (default 10000)
 #   ROWS              the rows to run (default: all of the above; Redis rows need redis-server)
 #   RATE              calls a second in all, sent on a schedule (the load generator's --rate):
@@ -60,14 +70,39 @@
 #                     (default: none, each of the 64 callers sends as soon as it is answered,
 #                     which measures each server at saturation)
 #   EXACT             1 (default): the workload where the limit bites too; 0: not
+#   INSTRUCTIONS      1: count each server's instructions per call under valgrind's callgrind
+#                     instead of timing it (see below); 0 (default): time it
+#   PIN               1: each server on the machine's last CPU and the load generator on the
+#                     others (taskset; needs 2 CPUs or more), so that the two do not take
+#                     turns on one CPU; redis-server is not pinned. 0 (default): not pinned
 #   RUN_TIMEOUT       seconds one load generator run may take before it is killed (default 300)
 #   BENCH_OUT         directory for the logs (default target/limitador-bench)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 RUNS="${RUNS:-3}"
-CALLS="${CALLS:-100000}"
+INSTRUCTIONS="${INSTRUCTIONS:-0}"
+if [ "$INSTRUCTIONS" = 1 ]; then
+  if ! command -v valgrind >/dev/null 2>&1 || ! command -v callgrind_control >/dev/null 2>&1; then
+    fail "INSTRUCTIONS=1 needs valgrind's callgrind (apt-get install valgrind)"
+  fi
+  CALLS="${CALLS:-20000}"
+  EXACT=0
+else
+  [ "$INSTRUCTIONS" = 0 ] || fail "INSTRUCTIONS must be 0 or 1"
+  CALLS="${CALLS:-100000}"
+fi
 WARMUP="${WARMUP:-10000}"
 EXACT="${EXACT:-1}"
+PIN="${PIN:-0}"
+case $PIN in
+  0) ;;
+  1)
+    [ "$INSTRUCTIONS" = 0 ] || fail "PIN=1 is for timing; callgrind's threads take turns anyway"
+    command -v taskset >/dev/null 2>&1 || fail "PIN=1 needs taskset (apt-get install util-linux)"
+    [ "$(nproc)" -ge 2 ] || fail "PIN=1 needs 2 CPUs or more"
+    ;;
+  *) fail "PIN must be 0 or 1" ;;
+esac
 RATE="${RATE:-}"
 pace=()
 if [ -n "$RATE" ]; then
@@ -122,6 +157,22 @@ cargo build --release -q -p funnel-lab --example funnel-loadgen
 bin=$release
 loadgen="$bin/examples/funnel-loadgen"
 rm -rf "$OUT"; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+# What each server is started under: callgrind, its instrumentation off, with INSTRUCTIONS=1
+# (then it starts far slower, so limitador-server is waited for longer).
+# With PIN=1 the servers run on the last CPU the process may use, the load generator on the
+# others.
+wrap=() start_polls=200 client=()
+if [ "$INSTRUCTIONS" = 1 ]; then
+  wrap=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$OUT/callgrind.%p")
+  start_polls=1200
+elif [ "$PIN" = 1 ]; then
+  mapfile -t cpus < <(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' |
+    awk -F- '{for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c}')
+  [ "${#cpus[@]}" -ge 2 ] || fail "PIN=1 needs 2 CPUs or more; this process may use ${cpus[*]}"
+  last=$((${#cpus[@]} - 1))
+  wrap=(taskset -c "${cpus[$last]}")
+  client=(taskset -c "$(IFS=,; echo "${cpus[*]:0:$last}")")
+fi
 logs=$OUT
 scratch=$work
 
@@ -167,10 +218,10 @@ start_limitador() {
   local name=$1 limits=$2 try rls http; shift 2
   for try in 1 2 3; do
     rls=$(free_port) http=$(free_port)
-    spawn "$limitador" --rls-ip 127.0.0.1 --rls-port "$rls" --http-ip 127.0.0.1 --http-port "$http" \
+    spawn "${wrap[@]}" "$limitador" --rls-ip 127.0.0.1 --rls-port "$rls" --http-ip 127.0.0.1 --http-port "$http" \
       "$limits" "$@" >"$OUT/$name.out" 2>"$OUT/$name.log"
     server_pid=$started_pid
-    for _ in $(seq 200); do
+    for _ in $(seq "$start_polls"); do
       if listens "$server_pid" "$rls"; then grpc=127.0.0.1:$rls; return 0; fi
       kill -0 "$server_pid" 2>/dev/null || break
       sleep 0.05
@@ -197,17 +248,17 @@ start_row() {
     *-redis | *-cached) redis-cli -p "$redis_port" flushall >/dev/null ;;
   esac
   case $row in
-    floor) start_service "$name" "$loadgen" floor --grpc 127.0.0.1:0 ;;
+    floor) start_service "$name" "${wrap[@]}" "$loadgen" floor --grpc 127.0.0.1:0 ;;
     funnel-memory)
-      start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
+      start_service "$name" "${wrap[@]}" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch
       ;;
     funnel-memory-1t)
-      start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
+      start_service "$name" "${wrap[@]}" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch --worker-threads 1
       ;;
     funnel-redis)
-      start_service "$name" "$bin/funnel-server" --config "$limits/funnel.yaml" \
+      start_service "$name" "${wrap[@]}" "$bin/funnel-server" --config "$limits/funnel.yaml" \
         --grpc 127.0.0.1:0 --http 127.0.0.1:0 --no-watch --redis "$redis_url"
       metrics=(--metrics "$http")
       ;;
@@ -243,7 +294,7 @@ micros() {
 # are counted, not fatal: the loadgen still prints its line.
 load() {
   local label=$1; shift
-  result=$(timeout "$RUN_TIMEOUT" "$loadgen" run --target "$grpc" "$@" 2>&1) || true
+  result=$(timeout "$RUN_TIMEOUT" "${client[@]}" "$loadgen" run --target "$grpc" "$@" 2>&1) || true
   echo "$label $result" >>"$OUT/loadgen.txt"
   [[ "$result" == *calls=* ]] || fail "$label: funnel-loadgen failed or timed out: $result"
   local timeouts
@@ -258,12 +309,57 @@ field() { tr ' ' '\n' <<<"$result" | awk -F= -v k="$1" '$1 == k {print $2; exit}
 echo "limitador-bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo))"
 [ -z "$limitador" ] || echo "limitador-bench: $("$limitador" --version 2>&1 | head -n 1)"
 echo "limitador-bench: $CALLS calls after $WARMUP, 64 callers over 4 connections, ${RATE:+$RATE calls/s on a schedule, }10000 keys, every call admissible"
+[ "$PIN" = 0 ] || echo "limitador-bench: servers on CPU ${wrap[2]}, the load generator on CPU ${client[2]}"
 if needs_redis; then
   start_redis
   redis_url="redis://127.0.0.1:$redis_port/"
 fi
 
 # Rows: "row run calls/s p50 p99 p99.9 cpu_us_per_call rss_mib wrong_denials failed"
+# The instructions callgrind counted for process $1 (the files it dumped, summed).
+instructions() {
+  local f total=0 n
+  for f in "$OUT/callgrind.$1" "$OUT/callgrind.$1".*; do
+    [ -f "$f" ] || continue
+    n=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ && $1 != "." {gsub(",", "", $1); print $1}')
+    total=$((total + ${n:-0}))
+  done
+  echo "$total"
+}
+if [ "$INSTRUCTIONS" = 1 ]; then
+  # Rows: "row run instructions_per_call"
+  : >"$OUT/instructions.txt"
+  for i in $(seq "$RUNS"); do
+    for row in "${rows[@]}"; do
+      start_row "$row" "$scratch/open" "$i"
+      [ "$WARMUP" = 0 ] || load "$row#$i-warmup" --requests "$WARMUP" --warmup 0 --concurrency 64 --connections 4 --keys 10000
+      callgrind_control --instr=on "$server_pid" >/dev/null 2>&1
+      load "$row#$i" --requests "$CALLS" --warmup 0 --concurrency 64 --connections 4 --keys 10000
+      callgrind_control --instr=off "$server_pid" >/dev/null 2>&1
+      callgrind_control --dump "$server_pid" >/dev/null 2>&1
+      stop "$server_pid"
+      [ "$(field failed)" = 0 ] || fail "$row#$i: $(field failed) calls failed"
+      n=$(instructions "$server_pid")
+      [ "$n" -gt 0 ] || fail "$row#$i: callgrind counted nothing (see $OUT/callgrind.$server_pid*)"
+      echo "$row $i $((n / (CALLS / 64 * 64)))" | tee -a "$OUT/instructions.txt" >&2
+    done
+  done
+  echo
+  echo "Instructions per call (callgrind; median of $RUNS runs, and against the floor's):"
+  echo
+  echo '| row | instructions per call | against the floor |'
+  echo '|---|--:|--:|'
+  floor_n=$(awk '$1 == "floor" {print $3}' "$OUT/instructions.txt" | median)
+  for row in "${rows[@]}"; do
+    m=$(awk -v r="$row" '$1 == r {print $3}' "$OUT/instructions.txt" | median)
+    awk -v r="$row" -v m="$m" -v f="$floor_n" 'BEGIN {
+      printf "| %s | %.0f | %s |\n", r, m, (f == "-" ? "" : sprintf("%+.1f%%", (m / f - 1) * 100)) }'
+  done
+  echo
+  echo "limitador-bench: logs in $OUT"
+  exit 0
+fi
+
 : >"$OUT/rows.txt"
 for i in $(seq "$RUNS"); do
   for row in "${rows[@]}"; do
@@ -317,12 +413,19 @@ awk '{printf "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, 
 
 col() { awk -v row="$1" -v c="$2" '$1 == row {print $c}' "$OUT/medians.txt"; }
 echo
+# The median over the runs of each run's own p99.9 ratio of rows $1 and $2 (the two rows of
+# one run ran seconds apart, so a drift of the host's speed between runs cancels out).
+run_ratio() {
+  awk -v a="$1" -v b="$2" '$1 == a {x[$2] = $6} $1 == b {y[$2] = $6}
+    END {for (r in x) if ((r in y) && y[r] > 0) print x[r] / y[r]}' "$OUT/rows.txt" | median
+}
 check_p999() {
   local f l
   f=$(col "$1" 6) l=$(col "$2" 6)
   [ -n "$f" ] && [ -n "$l" ] || return 0
-  awk -v f="$f" -v l="$l" -v a="$1" -v b="$2" 'BEGIN {
-    printf "check: %s p99.9 %s µs, %s p99.9 %s µs: %s\n", a, f, b, l, (f <= l ? "met" : "MISSED") }'
+  awk -v f="$f" -v l="$l" -v a="$1" -v b="$2" -v r="$(run_ratio "$1" "$2")" 'BEGIN {
+    printf "check: %s p99.9 %s µs, %s p99.9 %s µs (%.2fx; median of the runs%s own ratios %.2fx): %s\n",
+      a, f, b, l, f / l, "\047", r, (f <= l ? "met" : "MISSED") }'
 }
 check_p999 funnel-memory limitador-memory
 check_p999 funnel-memory-1t limitador-memory

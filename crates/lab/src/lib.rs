@@ -24,6 +24,8 @@
 //!
 //! * `server.sh`: funnel-server in process against the no-decision floor, on Redis with and
 //!   without the deny cache, and across Redis timeouts (rules in `bench/rules/`);
+//! * `limitador.sh`: funnel-server beside limitador-server (Kuadrant's rate-limit service) and
+//!   the no-decision floor, timed or counted in instructions under callgrind;
 //! * `proxies.sh`: the forward-auth hop in nginx and Caddy, against their own limit and none;
 //! * `wrk.sh`: funnel-tower's layer against tower_governor in one proxy;
 //! * `soak.sh`: funnel-tower's example proxy under ten million churning keys, checked for

@@ -14,18 +14,24 @@ use funnel_testkit::redis_server::{
 
 use crate::common::GENEROUS;
 
-/// Builds `builder` (on `tls`) and asks it once: `Ok` when Redis decided, the error
-/// otherwise. A refused handshake can fail the build (`OnFailure::Report`) or, when the server
-/// refuses only after the handshake (a missing client certificate under TLS 1.3), the first
-/// request.
-async fn decided_by_redis(tls: &RedisTls, builder: Builder) -> Result<(), String> {
-    let limiter = builder
+/// Builds `builder` with a generous timeout and `OnFailure::Report`, so that every failure
+/// reaches the test as an error.
+async fn build_reporting(builder: Builder) -> Result<RedisLimiter, String> {
+    builder
         .timeout(GENEROUS)
         .connect_timeout(Duration::from_secs(2))
         .on_failure(OnFailure::Report)
         .build()
         .await
-        .map_err(|e| format!("build: {e}"))?;
+        .map_err(|e| format!("build: {e}"))
+}
+
+/// Builds `builder` (on `tls`) and asks it once: `Ok` when Redis decided, the error
+/// otherwise. A refused handshake can fail the build (`OnFailure::Report`) or, when the server
+/// refuses only after the handshake (a missing client certificate under TLS 1.3), the first
+/// request.
+async fn decided_by_redis(tls: &RedisTls, builder: Builder) -> Result<(), String> {
+    let limiter = build_reporting(builder).await?;
     let checked = limiter
         .check("k")
         .await
@@ -177,16 +183,7 @@ async fn a_client_certificate_file_without_a_certificate_or_key_is_refused_at_bu
             .build()
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::InvalidSetting {
-                    setting: "tls_client_certificate",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_refused_certificate(&e);
     }
     let Some(tls) = tls_server() else { return };
     let e = RedisLimiter::builder(tls.tls_url(), quota)
@@ -194,6 +191,11 @@ async fn a_client_certificate_file_without_a_certificate_or_key_is_refused_at_bu
         .build()
         .await
         .unwrap_err();
+    assert_refused_certificate(&e);
+}
+
+/// Asserts that `e` refuses the client certificate setting.
+fn assert_refused_certificate(e: &Error) {
     assert!(
         matches!(
             e,
@@ -233,13 +235,7 @@ async fn decided_on_every_node(
             certificates.client_key_pem(),
         );
     }
-    let limiter = builder
-        .timeout(GENEROUS)
-        .connect_timeout(Duration::from_secs(2))
-        .on_failure(OnFailure::Report)
-        .build()
-        .await
-        .map_err(|e| format!("build: {e}"))?;
+    let limiter = build_reporting(builder).await?;
     let keys: Vec<String> = (0..24).map(|i| format!("tls:{i}")).collect();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     for checked in limiter.check_many(&keys, 1).await {

@@ -6,6 +6,8 @@
 //! alone) and a certificate for another name, on a single server, a cluster and through
 //! sentinels.
 
+use std::path::Path;
+
 use crate::common::*;
 use funnel_testkit::redis_server::{
     cluster, sentinel, server, server_with, tls_cluster, tls_server, tls_server_with, Certificates,
@@ -330,21 +332,7 @@ async fn redis_tls_reaches_a_server_over_tls_with_a_private_authority() {
     let Some(tls) = tls_server() else { return };
     let dir = scratch("tls");
     let path = write_config(&dir, "fleet.yaml", CONFIG);
-    let host_port = format!("127.0.0.1:{}", tls.tls_port());
-    let ca = tls.ca_file();
-    let s = Server::start(
-        &path,
-        &[
-            "--no-watch",
-            "--redis",
-            &host_port,
-            "--redis-tls",
-            "--redis-tls-ca-cert",
-            ca.to_str().unwrap(),
-            "--redis-timeout-ms",
-            "5000",
-        ],
-    );
+    let s = start_on_tls(&path, &tls, &[]);
     let mut c = s.client().await;
     assert_eq!(
         admitted(&mut c, "fleet", &desc(&[("client", "t")]), 12).await,
@@ -463,9 +451,27 @@ async fn a_certificate_for_another_name_is_accepted_only_with_the_name_check_ski
     };
     let dir = scratch("tls-name");
     let path = write_config(&dir, "fleet.yaml", CONFIG);
+    let checked = start_on_tls(&path, &tls, &[]);
+    let mut c = checked.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "n")]), 3).await,
+        0,
+        "a certificate for redis.invalid accepted at 127.0.0.1"
+    );
+    let skipped = start_on_tls(&path, &tls, &["--redis-tls-skip-hostname-verification"]);
+    let mut c = skipped.client().await;
+    assert_eq!(
+        admitted(&mut c, "fleet", &desc(&[("client", "s")]), 12).await,
+        10
+    );
+}
+
+/// funnel-server on `config` with the TLS `redis-server` `tls` (at 127.0.0.1, its authority
+/// trusted) and `extra` flags.
+fn start_on_tls(config: &Path, tls: &RedisTls, extra: &[&str]) -> Server {
     let host_port = format!("127.0.0.1:{}", tls.tls_port());
     let ca = tls.ca_file();
-    let common = [
+    let mut args = vec![
         "--no-watch",
         "--redis",
         &host_port,
@@ -475,22 +481,8 @@ async fn a_certificate_for_another_name_is_accepted_only_with_the_name_check_ski
         "--redis-timeout-ms",
         "5000",
     ];
-    let checked = Server::start(&path, &common);
-    let mut c = checked.client().await;
-    assert_eq!(
-        admitted(&mut c, "fleet", &desc(&[("client", "n")]), 3).await,
-        0,
-        "a certificate for redis.invalid accepted at 127.0.0.1"
-    );
-    let skipped = Server::start(
-        &path,
-        &[&common[..], &["--redis-tls-skip-hostname-verification"]].concat(),
-    );
-    let mut c = skipped.client().await;
-    assert_eq!(
-        admitted(&mut c, "fleet", &desc(&[("client", "s")]), 12).await,
-        10
-    );
+    args.extend_from_slice(extra);
+    Server::start(config, &args)
 }
 
 /// TLS servers that require a client certificate and whose certificates name a host no one

@@ -171,12 +171,24 @@ async fn mutual_tls_requires_a_client_certificate_signed_by_the_ca() {
     );
 }
 
+/// The server of `s`, requiring a client certificate of its authority with `san` among its
+/// names.
+fn start_with_san(s: &Setup, san: &str) -> Server {
+    let ca = path(&s.ca.cert());
+    start(
+        s,
+        &tls_args(
+            s,
+            &["--grpc-tls-client-ca", &ca, "--grpc-tls-client-san", san],
+        ),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_san_must_be_among_the_certificates_names() {
     let Some(setup) = setup("grpc-san") else {
         return;
     };
-    let ca = path(&setup.ca.cert());
     let named = setup
         .ca
         .client("named", &["DNS:other.test", "DNS:envoy.test"]);
@@ -186,18 +198,7 @@ async fn the_client_san_must_be_among_the_certificates_names() {
     let uri = setup.ca.client("uri", &["URI:spiffe://envoy.test/gateway"]);
     let by_ip = setup.ca.client("by-ip", &["IP:127.0.0.2"]);
 
-    let s = start(
-        &setup,
-        &tls_args(
-            &setup,
-            &[
-                "--grpc-tls-client-ca",
-                &ca,
-                "--grpc-tls-client-san",
-                "envoy.test",
-            ],
-        ),
-    );
+    let s = start_with_san(&setup, "envoy.test");
     let url = https(&s);
     let cert = setup.ca.cert();
     assert_eq!(ask(tls(&url, &cert, Some(&named))).await, Ok(OK));
@@ -210,31 +211,9 @@ async fn the_client_san_must_be_among_the_certificates_names() {
     );
 
     // A wildcard matches one label; an IP address is compared with the IP SANs only.
-    let s = start(
-        &setup,
-        &tls_args(
-            &setup,
-            &[
-                "--grpc-tls-client-ca",
-                &ca,
-                "--grpc-tls-client-san",
-                "edge.clients.test",
-            ],
-        ),
-    );
+    let s = start_with_san(&setup, "edge.clients.test");
     assert_eq!(ask(tls(&https(&s), &cert, Some(&wildcard))).await, Ok(OK));
-    let s = start(
-        &setup,
-        &tls_args(
-            &setup,
-            &[
-                "--grpc-tls-client-ca",
-                &ca,
-                "--grpc-tls-client-san",
-                "127.0.0.2",
-            ],
-        ),
-    );
+    let s = start_with_san(&setup, "127.0.0.2");
     assert_eq!(ask(tls(&https(&s), &cert, Some(&by_ip))).await, Ok(OK));
     assert!(ask(tls(&https(&s), &cert, Some(&named))).await.is_err());
 }

@@ -14,8 +14,8 @@
 //!   `response_headers_to_add`.
 //! * `charge_denied`: each descriptor charged on its own, as envoyproxy/ratelimit does,
 //!   instead of funnel's all-or-nothing.
-//! * `near_limit_ratio` (`NEAR_LIMIT_RATIO`): from what share of a limit used on an allowed
-//!   request counts in the `near_limit` statistic (the answers themselves do not change).
+//! * `near_limit_ratio` (`NEAR_LIMIT_RATIO`): from what share of a limit used the units asked
+//!   count in the `near_limit` statistic (the answers themselves do not change).
 
 use crate::proto::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::HeaderValue;
@@ -49,11 +49,15 @@ impl NearLimitRatio {
         (0.0..=1.0).contains(&r).then_some(NearLimitRatio(r))
     }
 
+    /// The units of `limit` past which `near_limit` counts: `floor(limit × ratio)`.
+    pub fn threshold(self, limit: u64) -> u64 {
+        // Exact for every limit below 2^53; the floor of a product in 0..=limit fits in u64.
+        (limit as f64 * self.0).floor() as u64
+    }
+
     /// Whether `used` units of `limit` are past the ratio.
     pub fn is_near(self, used: u64, limit: u64) -> bool {
-        // Exact for every limit below 2^53; `used` is a whole number, so comparing it with
-        // the floor is comparing it with the product.
-        used as f64 > (limit as f64 * self.0).floor()
+        used > self.threshold(limit)
     }
 }
 

@@ -252,8 +252,8 @@ struct Args {
     /// envoyproxy/ratelimit does (funnel's default charges all or nothing).
     #[arg(long)]
     charge_denied: bool,
-    /// Count an allowed request in the `near_limit` statistic once more than this share of
-    /// its limit is used, from 0 to 1 (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+    /// Count the units asked past this share of a limit in the `near_limit` statistic, from 0
+    /// to 1 (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
     #[arg(long, value_name = "RATIO", default_value = "0.8", value_parser = parse_near_limit_ratio)]
     near_limit_ratio: NearLimitRatio,
     /// Do not watch the configuration for changes.

@@ -198,6 +198,8 @@ struct Outcome {
     remaining: u64,
     limit: u64,
     reset: Duration,
+    /// Units of the limit used before this request's (for the statistics' split).
+    used: u64,
 }
 
 impl Outcome {
@@ -209,6 +211,7 @@ impl Outcome {
             remaining: now.remaining(),
             limit: now.limit(),
             reset: now.reset_after(),
+            used: now.limit().saturating_sub(now.remaining()),
         }
     }
 
@@ -222,18 +225,36 @@ impl Outcome {
                 remaining: asked.remaining(),
                 limit: asked.limit(),
                 reset: asked.reset_after(),
+                used: asked.limit().saturating_sub(asked.remaining()),
             }
         } else {
             Outcome::uncharged(&asked, &e.table.estimate(e.key, 0, now, e.quota))
         }
     }
 
-    fn of(d: &Decision) -> Outcome {
+    /// The outcome of `d`, a decision on `n` units (charged when allowed).
+    fn of(d: &Decision, n: u64) -> Outcome {
+        let charged = if d.is_allowed() { n } else { 0 };
         Outcome {
             over: !d.is_allowed(),
             remaining: d.remaining(),
             limit: d.limit(),
             reset: until_reset(d),
+            used: d
+                .limit()
+                .saturating_sub(d.remaining())
+                .saturating_sub(charged),
+        }
+    }
+
+    /// Over the limit without a decision (Redis failed): the whole limit counted as used.
+    fn failed(limit: u64, reset: Duration) -> Outcome {
+        Outcome {
+            over: true,
+            remaining: 0,
+            limit,
+            reset,
+            used: limit,
         }
     }
 }
@@ -507,7 +528,7 @@ impl Decider {
                 // its room): left out like the others, and charged without it while another
                 // quota-mode descriptor has room.
                 if quota[i] && (quota_room_elsewhere || quota_candidates > 1) {
-                    out[i] = Some(Outcome::of(&multi.decisions()[j]));
+                    out[i] = Some(Outcome::of(&multi.decisions()[j], local[j].1.n));
                     quota_candidates -= 1;
                     local.remove(j);
                     continue;
@@ -519,7 +540,7 @@ impl Decider {
             }
             for (j, ((i, e), d)) in local.iter().zip(multi.decisions()).enumerate() {
                 out[*i] = Some(if admitted || multi.denied_by() == Some(j) {
-                    Outcome::of(d)
+                    Outcome::of(d, e.n)
                 } else {
                     Outcome::estimated(e, now)
                 });
@@ -573,18 +594,15 @@ impl Decider {
                 })
                 .collect();
             let answers = crate::fleet::charge(&entries, admitted).await;
-            for (&i, a) in fleet.iter().zip(&answers.entries) {
+            for ((&i, a), &(_, _, n)) in fleet.iter().zip(&answers.entries).zip(&entries) {
                 out[i] = Some(match a {
-                    crate::fleet::Answer::Decided(d) => Outcome::of(d),
+                    crate::fleet::Answer::Decided(d) => Outcome::of(d, n),
                     crate::fleet::Answer::Uncharged { asked, before } => {
                         Outcome::uncharged(asked, before)
                     }
-                    crate::fleet::Answer::Failed { limit, reset } => Outcome {
-                        over: true,
-                        remaining: 0,
-                        limit: *limit,
-                        reset: *reset,
-                    },
+                    crate::fleet::Answer::Failed { limit, reset } => {
+                        Outcome::failed(*limit, *reset)
+                    }
                 });
             }
             if admitted && !answers.admitted {
@@ -609,9 +627,9 @@ impl Decider {
                     let e = entry(c, table);
                     if c.refund && admitted {
                         table.refund(&c.key, c.n, now, c.quota);
-                        Outcome::of(&table.estimate(&c.key, 0, now, c.quota))
+                        Outcome::of(&table.estimate(&c.key, 0, now, c.quota), 0)
                     } else if c.shadow && admitted && c.n > 0 {
-                        Outcome::of(&e.charge(now))
+                        Outcome::of(&e.charge(now), c.n)
                     } else {
                         Outcome::estimated(&e, now)
                     }
@@ -640,11 +658,11 @@ impl Decider {
                     let e = entry(c, table);
                     if c.refund {
                         table.refund(&c.key, c.n, now, c.quota);
-                        Outcome::of(&table.estimate(&c.key, 0, now, c.quota))
+                        Outcome::of(&table.estimate(&c.key, 0, now, c.quota), 0)
                     } else if c.n == 0 {
                         Outcome::estimated(&e, now)
                     } else {
-                        Outcome::of(&e.charge(now))
+                        Outcome::of(&e.charge(now), c.n)
                     }
                 }
                 Where::Redis(r) => redis_outcome(r, &c.key, c.n).await,
@@ -682,16 +700,8 @@ impl Decider {
                     duration_until_reset: Some(whole_seconds(window_end(s.unit, now))),
                 },
                 (Plan::Count(c), Some(o)) => {
-                    let hit = Hit {
-                        hits: c.n,
-                        over: o.over,
-                        near: !o.over
-                            && self
-                                .answers
-                                .near_limit_ratio
-                                .is_near(o.limit.saturating_sub(o.remaining), o.limit),
-                        shadow: c.shadow,
-                    };
+                    let near = self.answers.near_limit_ratio.threshold(o.limit);
+                    let hit = Hit::new(c.n, o.used, o.limit, near, o.over).shadowed(c.shadow);
                     if let Some(rule) = c.rule {
                         if c.n > 0 && !c.refund {
                             rule.stats.add(hit, c.value.as_deref());
@@ -849,16 +859,11 @@ fn entry<'a>(c: &'a Counted<'_>, table: &'a Table) -> Entry<'a> {
 
 async fn redis_outcome(r: &funnel_redis::RedisLimiter, key: &str, n: u64) -> Outcome {
     match r.check_n(key, n).await {
-        Ok(c) => Outcome::of(&c.decision),
+        Ok(c) => Outcome::of(&c.decision, n),
         Err(e) => {
             // Only OnFailure::Report or an error retrying cannot fix reaches here: deny.
             tracing::warn!(error = %e, "redis could not decide: answered over the limit");
-            Outcome {
-                over: true,
-                remaining: 0,
-                limit: r.quota().limit(),
-                reset: r.quota().emission_interval(),
-            }
+            Outcome::failed(r.quota().limit(), r.quota().emission_interval())
         }
     }
 }

@@ -16,7 +16,8 @@ pub struct Counters {
     pub total_hits: AtomicU64,
     /// Hits over the limit (shadow mode included).
     pub over_limit: AtomicU64,
-    /// Hits allowed with less than 20% of the limit left after them.
+    /// Hits past the near-limit ratio of the limit (`NEAR_LIMIT_RATIO`, 80% by default) and
+    /// within it, allowed or not.
     pub near_limit: AtomicU64,
     /// Hits allowed.
     pub within_limit: AtomicU64,
@@ -24,33 +25,71 @@ pub struct Counters {
     pub shadow_mode: AtomicU64,
 }
 
-/// What one descriptor's decision adds to the counters.
-#[derive(Clone, Copy, Debug)]
+/// What one descriptor's decision adds to the counters, split as envoyproxy/ratelimit splits
+/// the units of a request that crosses a threshold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hit {
     /// Units asked.
     pub hits: u64,
     /// Over the limit (before shadow mode).
     pub over: bool,
-    /// Allowed, past the near-limit ratio of the limit (`NEAR_LIMIT_RATIO`, 80% by default).
-    pub near: bool,
+    /// Of the units, those past the near-limit threshold and within the limit.
+    pub near: u64,
+    /// Of the units, those past the limit (all of them once the limit was reached before).
+    pub past_limit: u64,
     /// Let through by shadow mode.
     pub shadow: bool,
 }
 
+impl Hit {
+    /// `hits` units asked of `limit`, `used` of it already used before them, the near-limit
+    /// statistic starting past `near_threshold` units: allowed, the units past the threshold
+    /// are near; over the limit, the units past the limit are over and those between the
+    /// threshold and the limit near. (A request of one unit is near or over whole.)
+    pub fn new(hits: u64, used: u64, limit: u64, near_threshold: u64, over: bool) -> Hit {
+        let after = used.saturating_add(hits);
+        let (near, past_limit) = if !over {
+            (after.saturating_sub(near_threshold.max(used)).min(hits), 0)
+        } else if used >= limit {
+            (0, hits)
+        } else {
+            (
+                limit.saturating_sub(near_threshold.max(used)),
+                after.saturating_sub(limit).min(hits),
+            )
+        };
+        Hit {
+            hits,
+            over,
+            near,
+            past_limit,
+            shadow: false,
+        }
+    }
+
+    /// The same hit, let through by shadow mode when `shadow`.
+    pub fn shadowed(self, shadow: bool) -> Hit {
+        Hit { shadow, ..self }
+    }
+}
+
 impl Counters {
-    /// Adds one decision.
+    /// Adds one decision: every unit to `total_hits`; an allowed request's units to
+    /// `within_limit`, a denied one's past the limit to `over_limit` (and all of them to
+    /// `shadow_mode` when shadow mode let it through); the units near the limit to
+    /// `near_limit`, allowed or not.
     pub fn add(&self, h: Hit) {
         self.total_hits.fetch_add(h.hits, Ordering::Relaxed);
         if h.over {
-            self.over_limit.fetch_add(h.hits, Ordering::Relaxed);
+            self.over_limit.fetch_add(h.past_limit, Ordering::Relaxed);
             if h.shadow {
                 self.shadow_mode.fetch_add(h.hits, Ordering::Relaxed);
             }
         } else {
             self.within_limit.fetch_add(h.hits, Ordering::Relaxed);
-            if h.near {
-                self.near_limit.fetch_add(h.hits, Ordering::Relaxed);
-            }
+        }
+        if h.near > 0 {
+            self.near_limit.fetch_add(h.near, Ordering::Relaxed);
         }
     }
 }
@@ -122,7 +161,7 @@ pub const RULE_STATS: [RuleStat; 5] = [
     },
     RuleStat {
         name: "near_limit",
-        help: "Hits allowed with less than 20% of the limit left after them.",
+        help: "Hits past the near-limit ratio of the limit and within it (20% left, by default).",
         counter: |c| &c.near_limit,
     },
     RuleStat {
@@ -206,3 +245,48 @@ pub const SERVER_STATS: [ServerStat; 5] = [
         counter: |s| &s.global_shadow_mode,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (near, past the limit) of `hits` units with `used` of 10 used, near past 8.
+    fn split(hits: u64, used: u64, over: bool) -> (u64, u64) {
+        let h = Hit::new(hits, used, 10, 8, over);
+        (h.near, h.past_limit)
+    }
+
+    #[test]
+    fn a_request_crossing_a_threshold_is_split_at_it_as_envoyproxy_splits_it() {
+        // Allowed: only the units past the threshold are near.
+        assert_eq!(split(6, 0, false), (0, 0));
+        assert_eq!(split(3, 6, false), (1, 0));
+        assert_eq!(split(1, 8, false), (1, 0));
+        assert_eq!(split(2, 8, false), (2, 0));
+        // Over: the units past the limit are over, those between the threshold (or what was
+        // used) and the limit near.
+        assert_eq!(split(6, 8, true), (2, 4));
+        assert_eq!(split(6, 9, true), (1, 5));
+        assert_eq!(split(12, 0, true), (2, 2));
+        // The limit reached before: every unit over, none near.
+        assert_eq!(split(3, 10, true), (0, 3));
+        // One unit: near or over whole.
+        assert_eq!(split(1, 7, false), (0, 0));
+        assert_eq!(split(1, 9, false), (1, 0));
+        assert_eq!(split(1, 10, true), (0, 1));
+    }
+
+    #[test]
+    fn the_counters_take_each_part_where_envoyproxy_puts_it() {
+        let c = Counters::default();
+        c.add(Hit::new(3, 6, 10, 8, false));
+        c.add(Hit::new(6, 9, 10, 8, true));
+        c.add(Hit::new(2, 10, 10, 8, true).shadowed(true));
+        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!(read(&c.total_hits), 11);
+        assert_eq!(read(&c.within_limit), 3);
+        assert_eq!(read(&c.near_limit), 2);
+        assert_eq!(read(&c.over_limit), 7);
+        assert_eq!(read(&c.shadow_mode), 2);
+    }
+}

@@ -47,11 +47,13 @@ async fn http_answers_health_metrics_and_json() {
     assert_eq!(s.post_json("{not json").0, 400);
     let (code, metrics) = s.get("/metrics");
     assert_eq!(code, 200);
+    // Near past 1 unit of 2: the second call of `j` is near, its third over; of `k`'s 5
+    // units, 3 are past the limit and 1 between the threshold and the limit.
     for series in [
         r#"ratelimit_service_rate_limit_total_hits_total{domain="ops",key="client"} 8"#,
-        r#"ratelimit_service_rate_limit_over_limit_total{domain="ops",key="client"} 6"#,
+        r#"ratelimit_service_rate_limit_over_limit_total{domain="ops",key="client"} 4"#,
         r#"ratelimit_service_rate_limit_within_limit_total{domain="ops",key="client"} 2"#,
-        r#"ratelimit_service_rate_limit_near_limit_total{domain="ops",key="client"} 1"#,
+        r#"ratelimit_service_rate_limit_near_limit_total{domain="ops",key="client"} 2"#,
         r#"funnel_server_table_keys{domain="ops",key="client"} 1"#,
         "ratelimit_service_config_load_success_total 1",
     ] {
@@ -404,4 +406,31 @@ async fn the_near_limit_statistic_starts_at_the_ratio_given() {
     assert_eq!(flag.metric(series), 2);
     assert_eq!(variable.metric(series), 2);
     assert_eq!(default.metric(series), 0);
+}
+
+#[tokio::test]
+async fn a_request_of_several_units_is_split_between_the_statistics_at_each_threshold() {
+    let dir = scratch("near-split");
+    let path = write_config(
+        &dir,
+        "split.yaml",
+        "domain: ops\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+    );
+    let s = Server::start(&path, &["--no-watch"]);
+    let mut c = s.client().await;
+    let units = |n: u64| req("ops", vec![with_hits(desc(&[("client", "a")]), n)]);
+    // 6 of 10 (nothing near: 8 is the threshold), 3 more (to 9: one unit past 8), then 6 with
+    // 1 left: denied, 5 units past the limit and 1 between 9 and 10.
+    assert_eq!(call(&mut c, units(6)).await.overall_code, OK);
+    assert_eq!(call(&mut c, units(3)).await.overall_code, OK);
+    assert_eq!(call(&mut c, units(6)).await.overall_code, OVER);
+    let stat = |name: &str| {
+        s.metric(&format!(
+            r#"ratelimit_service_rate_limit_{name}_total{{domain="ops",key="client"}}"#
+        ))
+    };
+    assert_eq!(stat("total_hits"), 15);
+    assert_eq!(stat("within_limit"), 9);
+    assert_eq!(stat("near_limit"), 2);
+    assert_eq!(stat("over_limit"), 5);
 }

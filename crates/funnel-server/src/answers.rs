@@ -37,9 +37,9 @@ pub struct Answers {
     pub near_limit_ratio: NearLimitRatio,
 }
 
-/// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`: an allowed request counts as near its limit
-/// when, after it, more than `floor(limit × ratio)` of the limit is used. Between 0 and 1;
-/// 0.8 by default.
+/// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`: the units asked past `floor(limit × ratio)` of
+/// a limit, and within it, count in `near_limit` ([`crate::stats::Hit::new`]). Between 0 and
+/// 1; 0.8 by default.
 #[derive(Clone, Copy, Debug)]
 pub struct NearLimitRatio(f64);
 
@@ -54,10 +54,18 @@ impl NearLimitRatio {
         // Exact for every limit below 2^53; the floor of a product in 0..=limit fits in u64.
         (limit as f64 * self.0).floor() as u64
     }
+}
 
-    /// Whether `used` units of `limit` are past the ratio.
-    pub fn is_near(self, used: u64, limit: u64) -> bool {
-        used > self.threshold(limit)
+/// The ratio as `--near-limit-ratio` and `NEAR_LIMIT_RATIO` write it: a number from 0 to 1.
+impl std::str::FromStr for NearLimitRatio {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(NearLimitRatio::new)
+            .ok_or_else(|| format!("{s:?}: expected a number from 0 to 1, such as 0.8"))
     }
 }
 
@@ -160,23 +168,27 @@ mod tests {
         use super::NearLimitRatio;
         let default = NearLimitRatio::default();
         // 0.8 of 5 is 4: the fifth unit is near, the fourth not.
-        assert!(!default.is_near(4, 5) && default.is_near(5, 5));
-        // As the fixed 80% it replaces: remaining × 5 < limit.
+        assert_eq!(default.threshold(5), 4);
+        // As the fixed 80% it replaces: a unit is near when less than 20% is left after it.
         for limit in 1..200u64 {
             for used in 0..=limit {
                 assert_eq!(
-                    default.is_near(used, limit),
+                    used > default.threshold(limit),
                     (limit - used) * 5 < limit,
                     "{used} of {limit}"
                 );
             }
         }
-        let half = NearLimitRatio::new(0.5).unwrap();
-        assert!(!half.is_near(5, 10) && half.is_near(6, 10));
-        assert!(NearLimitRatio::new(0.0).unwrap().is_near(1, 10));
-        assert!(!NearLimitRatio::new(1.0).unwrap().is_near(10, 10));
+        assert_eq!(NearLimitRatio::new(0.5).unwrap().threshold(10), 5);
+        assert_eq!(NearLimitRatio::new(0.0).unwrap().threshold(10), 0);
+        assert_eq!(NearLimitRatio::new(1.0).unwrap().threshold(10), 10);
         for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
             assert!(NearLimitRatio::new(bad).is_none(), "{bad}");
+        }
+        assert_eq!(" 0.5 ".parse(), Ok(NearLimitRatio::new(0.5).unwrap()));
+        for bad in ["", "half", "1.5", "-0.1", "NaN"] {
+            let e = bad.parse::<NearLimitRatio>().unwrap_err();
+            assert!(e.contains("from 0 to 1"), "{bad}: {e}");
         }
     }
 

@@ -254,7 +254,7 @@ struct Args {
     charge_denied: bool,
     /// Count the units asked past this share of a limit in the `near_limit` statistic, from 0
     /// to 1 (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
-    #[arg(long, value_name = "RATIO", default_value = "0.8", value_parser = parse_near_limit_ratio)]
+    #[arg(long, value_name = "RATIO", default_value = "0.8", value_parser = str::parse::<NearLimitRatio>)]
     near_limit_ratio: NearLimitRatio,
     /// Do not watch the configuration for changes.
     #[arg(long)]
@@ -293,15 +293,6 @@ fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
             .build(),
         None => tokio::runtime::Runtime::new(),
     }
-}
-
-/// `--near-limit-ratio`: a number from 0 to 1.
-fn parse_near_limit_ratio(s: &str) -> Result<NearLimitRatio, String> {
-    s.trim()
-        .parse::<f64>()
-        .ok()
-        .and_then(NearLimitRatio::new)
-        .ok_or_else(|| format!("{s:?}: expected a number from 0 to 1, such as 0.8"))
 }
 
 /// `--extra-tags`' pairs.

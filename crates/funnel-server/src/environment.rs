@@ -281,15 +281,10 @@ pub fn translate(get: impl Fn(&str) -> Option<String>) -> Result<FromEnvironment
     statistics(&var, envoy_mode, &mut out)?;
 
     if let Some(v) = var("NEAR_LIMIT_RATIO") {
-        let ratio = v
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .and_then(crate::answers::NearLimitRatio::new);
-        if ratio.is_none() {
+        if let Err(reason) = v.parse::<crate::answers::NearLimitRatio>() {
             return Err(EnvError {
                 var: "NEAR_LIMIT_RATIO",
-                reason: format!("{v:?}: expected a number from 0 to 1, such as 0.8"),
+                reason,
             });
         }
         out.args.push((

@@ -14,7 +14,7 @@ use crate::limits::MAX_DETAILED_VALUES;
 pub struct Counters {
     /// Hits asked for.
     pub total_hits: AtomicU64,
-    /// Hits over the limit (shadow mode included).
+    /// Units of denied requests past the limit (shadow mode included).
     pub over_limit: AtomicU64,
     /// Hits past the near-limit ratio of the limit (`NEAR_LIMIT_RATIO`, 80% by default) and
     /// within it, allowed or not.
@@ -27,7 +27,7 @@ pub struct Counters {
 
 /// What one descriptor's decision adds to the counters, split as envoyproxy/ratelimit splits
 /// the units of a request that crosses a threshold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Hit {
     /// Units asked.
     pub hits: u64,
@@ -156,7 +156,7 @@ pub const RULE_STATS: [RuleStat; 5] = [
     },
     RuleStat {
         name: "over_limit",
-        help: "Hits over the rule's limit, shadow mode included.",
+        help: "Hits of denied requests past the rule's limit, shadow mode included.",
         counter: |c| &c.over_limit,
     },
     RuleStat {
